@@ -1,0 +1,3 @@
+module github.com/quartermaster-dev/quartermaster
+
+go 1.26

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Enforces the package boundaries of docs/architecture.md:
+#   core      imports only the standard library;
+#   sim       imports core (and third-party libraries), never allocator;
+#   Kubernetes and generated proto types stop at allocator (and the
+#   packages whose job is talking to clusters).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mod=$(go list -m)
+fail=0
+
+# deps PKG: every package PKG depends on that is not in the standard library.
+deps() { go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' "$1" 2>/dev/null | grep -v "^$1\$" || true; }
+
+bad=$(deps ./core/... | grep -v "^${mod}/core" || true)
+if [ -n "$bad" ]; then
+  echo "core must depend on the standard library only; it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+fi
+
+if [ -d sim ]; then
+  bad=$(deps ./sim/... | grep -E "^${mod}/allocator|^k8s.io/|^google.golang.org/grpc" || true)
+  if [ -n "$bad" ]; then
+    echo "sim must not depend on allocator, Kubernetes or gRPC; it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+  fi
+fi
+
+exit $fail
