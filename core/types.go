@@ -357,4 +357,3 @@ type ConnectionInfo struct {
 
 // IsLocal reports whether the connection points at this cluster.
 func (c ConnectionInfo) IsLocal() bool { return len(c.Endpoints) == 0 }
-
