@@ -38,14 +38,10 @@ type Counter struct {
 	Capacity int64
 }
 
-// Available is the room left in the counter: Capacity - Count, never
-// negative.
-func (c Counter) Available() int64 {
-	if c.Count >= c.Capacity {
-		return 0
-	}
-	return c.Capacity - c.Count
-}
+// Available is the room left in the counter: Capacity - Count. It is
+// negative only for an inconsistent counter (count above capacity), which
+// then fails any minAvailable filter, as in Agones.
+func (c Counter) Available() int64 { return c.Capacity - c.Count }
 
 // List is a GameServer's named list of values (Agones Lists).
 type List struct {
@@ -53,15 +49,8 @@ type List struct {
 	Capacity int64
 }
 
-// Available is the room left in the list: Capacity - len(Values), never
-// negative.
-func (l List) Available() int64 {
-	n := int64(len(l.Values))
-	if n >= l.Capacity {
-		return 0
-	}
-	return l.Capacity - n
-}
+// Available is the room left in the list: Capacity - len(Values).
+func (l List) Available() int64 { return l.Capacity - int64(len(l.Values)) }
 
 // Contains reports whether v is one of the list's values.
 func (l List) Contains(v string) bool {
@@ -331,6 +320,8 @@ type Result struct {
 	// Selector is the index of the selector in the normalized request that
 	// matched.
 	Selector int
+
+	hold uint64 // identifies the index's hold on the server
 }
 
 // Policy is one GameServerAllocationPolicy: a cluster to try, with its

@@ -1,0 +1,781 @@
+package core
+
+import (
+	"errors"
+	"sort"
+	"sync"
+	"time"
+)
+
+// ErrNoMatch means no server matched any of the request's selectors: the
+// UnAllocated outcome.
+var ErrNoMatch = errors.New("no game server matches the request")
+
+// Index holds a fleet of GameServers organised for fast allocation.
+//
+// # Concurrency contract
+//
+// Every method is safe for concurrent use; one mutex serialises them, and the
+// work done under it is small and bounded for the common requests (see
+// below), so a single index sustains hundreds of thousands of decisions per
+// second. Allocate atomically chooses a server and places a hold on it: until
+// Commit or Abort, the held server is invisible to every other allocation, so
+// two concurrent allocations never receive the same server. A backend that
+// commits elsewhere (an API server) calls Commit once the write is confirmed
+// and Abort when it is not (for example on a conflict, after Upsert-ing the
+// fresh state); the next Allocate then chooses among the others.
+// AllocateAndCommit does both steps under one lock, for backends where the
+// index is the source of truth.
+//
+// # How it stays fast
+//
+// Servers in state Ready or Allocated are kept in groups: per (namespace,
+// state, label=value) for the label values requests select on, and per
+// (namespace, state) for requests without matchLabels. A group is created on
+// first use by one scan, then kept up to date incrementally, so a server is
+// only in the groups that requests actually use. A selector is served from
+// its smallest group. Within
+// a group each node has a name-sorted member list, and the nodes sit in a
+// skiplist in Packed order: most Allocated servers first, then most Ready,
+// then by the name of their first member. Per-node counts change with every
+// allocation; instead of re-sorting every group a node is in, the change
+// marks the node dirty in each group and a group re-sorts its dirty nodes
+// when it is next queried.
+//
+// Packed without priorities walks the skiplist tier by tier (a tier is the
+// nodes with equal counts) and merges their member lists by name with a small
+// heap, stopping at the first server the whole selector accepts: usually the
+// first member of the first node. Distributed without priorities samples
+// group members uniformly and keeps the first that matches (falling back to
+// an exact uniform choice among all matches after a few misses). Requests
+// with priorities compare every matching member of the first tier that has
+// one (Packed) or of the group (Distributed): correct, but linear in that
+// set.
+type Index struct {
+	mu      sync.Mutex
+	entries map[Key]*entry
+	nodes   map[string]*nodeInfo
+	groups  map[groupKey]*group
+	// labelKeys are the label keys that have label groups; a server joining
+	// a state joins the groups of its values for these keys.
+	labelKeys []string
+	nodeSeq   uint64
+	holdSeq   uint64
+	levels    rng // skiplist levels: deterministic, independent of requests
+
+	// scratch space reused across allocations (guarded by mu)
+	heap []cursor
+}
+
+// maxLabelKeys bounds how many label keys get groups of their own; selectors
+// on further keys are served from the namespace group with a filter.
+const maxLabelKeys = 8
+
+// maxGroups bounds the number of label groups; beyond it, empty ones are
+// dropped so that requests for labels nobody has cannot grow the index.
+const maxGroups = 4096
+
+type groupKey struct {
+	namespace string
+	state     State
+	label     string // "" for the group of all servers in (namespace, state)
+	value     string
+}
+
+type entry struct {
+	gs      *GameServer
+	node    *nodeInfo
+	held    bool
+	holdSeq uint64
+	in      []membership
+}
+
+type membership struct {
+	g   *group
+	gn  *groupNode
+	pos int // position in g.all
+}
+
+type nodeInfo struct {
+	name      string
+	id        uint64
+	ready     int
+	allocated int
+	servers   int // entries on this node, any state
+	gns       []*groupNode
+}
+
+type group struct {
+	key   groupKey
+	all   []*entry
+	nodes map[*nodeInfo]*groupNode
+	order nodeOrder
+	dirty []*groupNode
+}
+
+// groupNode is one node's members within one group.
+type groupNode struct {
+	g       *group
+	node    *nodeInfo
+	members []member // sorted by name
+	dirty   bool
+	inOrder bool
+	nodePos int // position in node.gns
+	// The key under which the node sits in g.order; refreshed only while
+	// the node is out of the order.
+	allocated, ready int
+	head             string
+	next             [maxSkipLevel]*groupNode
+}
+
+// NewIndex returns an empty index.
+func NewIndex() *Index {
+	return &Index{
+		entries: map[Key]*entry{},
+		nodes:   map[string]*nodeInfo{},
+		groups:  map[groupKey]*group{},
+		levels:  newRNG(0x5eed),
+	}
+}
+
+// Len is the number of servers in the index, in any state.
+func (ix *Index) Len() int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return len(ix.entries)
+}
+
+// Get returns the server stored under k.
+func (ix *Index) Get(k Key) (*GameServer, bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e, ok := ix.entries[k]
+	if !ok {
+		return nil, false
+	}
+	return e.gs, true
+}
+
+// List returns every server in the index, sorted by namespace and name.
+func (ix *Index) List() []*GameServer {
+	ix.mu.Lock()
+	out := make([]*GameServer, 0, len(ix.entries))
+	for _, e := range ix.entries {
+		out = append(out, e.gs)
+	}
+	ix.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Upsert adds gs or replaces the server with the same namespace and name.
+// The index keeps the pointer: gs must not be modified afterwards. A held
+// server takes the new state but stays held.
+func (ix *Index) Upsert(gs *GameServer) {
+	ix.mu.Lock()
+	ix.upsert(gs)
+	ix.mu.Unlock()
+}
+
+// Remove deletes the server stored under k and reports whether it was there.
+func (ix *Index) Remove(k Key) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e, ok := ix.entries[k]
+	if !ok {
+		return false
+	}
+	ix.unlink(e)
+	ix.count(e.node, e.gs.State, -1)
+	ix.releaseNode(e.node)
+	delete(ix.entries, k)
+	return true
+}
+
+// Allocate chooses a server for req and holds it (see the concurrency
+// contract). req must have come from Normalize. now stamps
+// agones.dev/last-allocated; seed drives Distributed's random choice, so the
+// same index, request and seed give the same answer. It returns ErrNoMatch
+// when no selector matches any server that is not held.
+func (ix *Index) Allocate(req *Request, now time.Time, seed uint64) (*Result, error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.allocate(req, now, seed)
+}
+
+// AllocateAndCommit allocates and commits in one step: the index is the
+// source of truth (the memory backend, the simulator).
+func (ix *Index) AllocateAndCommit(req *Request, now time.Time, seed uint64) (*Result, error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	res, err := ix.allocate(req, now, seed)
+	if err != nil {
+		return nil, err
+	}
+	ix.commit(res, res.GameServer)
+	return res, nil
+}
+
+// Commit ends the hold of res, storing committed as the server's new state
+// (res.GameServer when committed is nil; a backend passes the object its
+// store returned, with the new Version). It does nothing if the server was
+// removed meanwhile or the hold already ended.
+func (ix *Index) Commit(res *Result, committed *GameServer) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if committed == nil {
+		committed = res.GameServer
+	}
+	ix.commit(res, committed)
+}
+
+// Abort ends the hold of res without changing the server, which becomes a
+// candidate again in whatever state it now has.
+func (ix *Index) Abort(res *Result) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	e := ix.entries[res.Previous.Key()]
+	if e == nil || !e.held || e.holdSeq != res.hold {
+		return
+	}
+	e.held = false
+	ix.link(e)
+}
+
+func (ix *Index) commit(res *Result, committed *GameServer) {
+	e := ix.entries[res.Previous.Key()]
+	if e == nil || !e.held || e.holdSeq != res.hold {
+		return
+	}
+	e.held = false
+	ix.upsert(committed)
+}
+
+func (ix *Index) allocate(req *Request, now time.Time, seed uint64) (*Result, error) {
+	r := newRNG(seed)
+	for i := range req.Selectors {
+		sel := &req.Selectors[i]
+		e := ix.pick(req, sel, &r)
+		if e == nil {
+			continue
+		}
+		ix.unlink(e)
+		ix.holdSeq++
+		e.held = true
+		e.holdSeq = ix.holdSeq
+		return &Result{
+			GameServer: Apply(e.gs, req, now),
+			Previous:   e.gs,
+			Selector:   i,
+			hold:       e.holdSeq,
+		}, nil
+	}
+	return nil, ErrNoMatch
+}
+
+func (ix *Index) upsert(gs *GameServer) {
+	k := gs.Key()
+	e := ix.entries[k]
+	if e == nil {
+		e = &entry{}
+		ix.entries[k] = e
+	} else {
+		ix.unlink(e)
+		ix.count(e.node, e.gs.State, -1)
+		if e.node.name != gs.NodeName {
+			ix.releaseNode(e.node)
+			e.node = nil
+		}
+	}
+	e.gs = gs
+	if e.node == nil {
+		e.node = ix.nodeFor(gs.NodeName)
+	}
+	ix.count(e.node, gs.State, +1)
+	if !e.held {
+		ix.link(e)
+	}
+}
+
+func (ix *Index) nodeFor(name string) *nodeInfo {
+	n := ix.nodes[name]
+	if n == nil {
+		ix.nodeSeq++
+		n = &nodeInfo{name: name, id: ix.nodeSeq}
+		ix.nodes[name] = n
+	}
+	n.servers++
+	return n
+}
+
+func (ix *Index) releaseNode(n *nodeInfo) {
+	n.servers--
+	if n.servers == 0 && ix.nodes[n.name] == n {
+		delete(ix.nodes, n.name)
+	}
+}
+
+// count moves a node's Ready/Allocated tallies and marks the node for
+// re-sorting in every group that holds some of its servers.
+func (ix *Index) count(n *nodeInfo, st State, delta int) {
+	switch st {
+	case StateReady:
+		n.ready += delta
+	case StateAllocated:
+		n.allocated += delta
+	default:
+		return
+	}
+	for _, gn := range n.gns {
+		gn.markDirty()
+	}
+}
+
+func (gn *groupNode) markDirty() {
+	if !gn.dirty {
+		gn.dirty = true
+		gn.g.dirty = append(gn.g.dirty, gn)
+	}
+}
+
+// find returns e's position in the member list, or -1. Short lists (a node
+// rarely holds more than a few dozen servers) are scanned for the pointer,
+// which touches one contiguous slice; long ones are searched by name.
+func (gn *groupNode) find(e *entry) int {
+	if len(gn.members) <= 64 {
+		for i := range gn.members {
+			if gn.members[i].e == e {
+				return i
+			}
+		}
+		return -1
+	}
+	name := e.gs.Name
+	i := sort.Search(len(gn.members), func(i int) bool { return gn.members[i].name >= name })
+	if i < len(gn.members) && gn.members[i].e == e {
+		return i
+	}
+	return -1
+}
+
+func allocatable(st State) bool { return st == StateReady || st == StateAllocated }
+
+// link puts an unheld entry into the groups its namespace, state and labels
+// call for.
+func (ix *Index) link(e *entry) {
+	gs := e.gs
+	if !allocatable(gs.State) {
+		return
+	}
+	if g := ix.groups[groupKey{namespace: gs.Namespace, state: gs.State}]; g != nil {
+		ix.join(e, g)
+	}
+	for _, k := range ix.labelKeys {
+		v, ok := gs.Labels[k]
+		if !ok {
+			continue
+		}
+		if g := ix.groups[groupKey{gs.Namespace, gs.State, k, v}]; g != nil {
+			ix.join(e, g)
+		}
+	}
+}
+
+func (ix *Index) unlink(e *entry) {
+	for _, m := range e.in {
+		ix.leave(e, m)
+	}
+	e.in = e.in[:0]
+}
+
+func (ix *Index) group(k groupKey) *group {
+	g := ix.groups[k]
+	if g == nil {
+		g = &group{key: k, nodes: map[*nodeInfo]*groupNode{}}
+		g.order.rnd = &ix.levels
+		ix.groups[k] = g
+	}
+	return g
+}
+
+func (ix *Index) join(e *entry, g *group) {
+	gn := g.nodes[e.node]
+	if gn == nil {
+		gn = &groupNode{g: g, node: e.node, nodePos: len(e.node.gns)}
+		g.nodes[e.node] = gn
+		e.node.gns = append(e.node.gns, gn)
+	}
+	name := e.gs.Name
+	i := sort.Search(len(gn.members), func(i int) bool { return gn.members[i].name >= name })
+	gn.members = append(gn.members, member{})
+	copy(gn.members[i+1:], gn.members[i:])
+	gn.members[i] = member{name: name, e: e}
+	gn.markDirty()
+	e.in = append(e.in, membership{g: g, gn: gn, pos: len(g.all)})
+	g.all = append(g.all, e)
+}
+
+func (ix *Index) leave(e *entry, m membership) {
+	gn, g := m.gn, m.g
+	if i := gn.find(e); i >= 0 {
+		copy(gn.members[i:], gn.members[i+1:])
+		gn.members[len(gn.members)-1] = member{}
+		gn.members = gn.members[:len(gn.members)-1]
+	}
+	gn.markDirty()
+	last := len(g.all) - 1
+	moved := g.all[last]
+	g.all[m.pos] = moved
+	g.all[last] = nil
+	g.all = g.all[:last]
+	if moved != e {
+		for j := range moved.in {
+			if moved.in[j].g == g {
+				moved.in[j].pos = m.pos
+				break
+			}
+		}
+	}
+}
+
+// refresh re-sorts the group's dirty nodes and drops nodes left empty.
+func (g *group) refresh() {
+	for _, gn := range g.dirty {
+		gn.dirty = false
+		if len(gn.members) == 0 {
+			if gn.inOrder {
+				g.order.delete(gn)
+				gn.inOrder = false
+			}
+			g.dropNode(gn)
+			continue
+		}
+		head := gn.members[0].name
+		n := gn.node
+		if gn.inOrder {
+			if gn.allocated == n.allocated && gn.ready == n.ready && gn.head == head {
+				continue
+			}
+			g.order.delete(gn)
+		}
+		gn.allocated, gn.ready, gn.head = n.allocated, n.ready, head
+		g.order.insert(gn)
+		gn.inOrder = true
+	}
+	clear(g.dirty)
+	g.dirty = g.dirty[:0]
+}
+
+func (g *group) dropNode(gn *groupNode) {
+	delete(g.nodes, gn.node)
+	gns := gn.node.gns
+	last := len(gns) - 1
+	gns[gn.nodePos] = gns[last]
+	gns[gn.nodePos].nodePos = gn.nodePos
+	gns[last] = nil
+	gn.node.gns = gns[:last]
+}
+
+// driverGroup returns the smallest group that holds every candidate for sel,
+// creating label groups on first use.
+func (ix *Index) driverGroup(ns string, sel *Selector) *group {
+	st := sel.State
+	if st == "" {
+		st = StateReady
+	}
+	base := groupKey{namespace: ns, state: st}
+	var best *group
+	for k, v := range sel.MatchLabels {
+		g := ix.groups[groupKey{ns, st, k, v}]
+		if g == nil {
+			if g = ix.newLabelGroup(base, k, v); g == nil {
+				continue
+			}
+		}
+		// Smallest group first; ties by label key so that the choice (and
+		// with it a seeded random pick) does not depend on map order.
+		if best == nil || len(g.all) < len(best.all) ||
+			(len(g.all) == len(best.all) && k < best.key.label) {
+			best = g
+		}
+	}
+	if best == nil {
+		best = ix.groups[base]
+		if best == nil {
+			best = ix.newGroup(base, func(*GameServer) bool { return true })
+		}
+	}
+	return best
+}
+
+// newLabelGroup builds the group for label k=v within base (a namespace
+// group) by scanning base once. It returns nil when k cannot have a group of
+// its own.
+func (ix *Index) newLabelGroup(base groupKey, k, v string) *group {
+	known := false
+	for _, x := range ix.labelKeys {
+		if x == k {
+			known = true
+			break
+		}
+	}
+	if !known {
+		if len(ix.labelKeys) >= maxLabelKeys {
+			return nil
+		}
+		ix.labelKeys = append(ix.labelKeys, k)
+	}
+	if len(ix.groups) >= maxGroups {
+		ix.dropEmptyLabelGroups()
+		if len(ix.groups) >= maxGroups {
+			return nil
+		}
+	}
+	return ix.newGroup(groupKey{base.namespace, base.state, k, v}, func(gs *GameServer) bool {
+		got, ok := gs.Labels[k]
+		return ok && got == v
+	})
+}
+
+// newGroup creates the group for key and fills it with one scan: of the
+// namespace group when it exists, else of every server.
+func (ix *Index) newGroup(key groupKey, in func(*GameServer) bool) *group {
+	g := ix.group(key)
+	if src := ix.groups[groupKey{namespace: key.namespace, state: key.state}]; src != nil && src != g {
+		for _, e := range src.all {
+			if in(e.gs) {
+				ix.join(e, g)
+			}
+		}
+		return g
+	}
+	var found []*entry
+	for _, e := range ix.entries {
+		if !e.held && e.gs.Namespace == key.namespace && e.gs.State == key.state && in(e.gs) {
+			found = append(found, e)
+		}
+	}
+	// Map order is random; join in name order so that the group, and with
+	// it every seeded random pick, is the same for the same history.
+	sort.Slice(found, func(i, j int) bool { return found[i].gs.Name < found[j].gs.Name })
+	for _, e := range found {
+		ix.join(e, g)
+	}
+	return g
+}
+
+func (ix *Index) dropEmptyLabelGroups() {
+	for k, g := range ix.groups {
+		if k.label != "" && len(g.all) == 0 {
+			g.refresh() // unhooks its empty nodes from node.gns
+			delete(ix.groups, k)
+		}
+	}
+}
+
+func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
+	g := ix.driverGroup(req.Namespace, sel)
+	if g == nil || len(g.all) == 0 {
+		return nil
+	}
+	switch {
+	case req.Scheduling == Distributed && len(req.Priorities) == 0:
+		return pickRandom(g, sel, r)
+	case req.Scheduling == Distributed:
+		return pickBest(g.all, sel, req.Priorities, nil)
+	case len(req.Priorities) == 0:
+		g.refresh()
+		return ix.pickPacked(g, sel)
+	default:
+		g.refresh()
+		return pickPackedPriorities(g, sel, req.Priorities)
+	}
+}
+
+// cursor walks one node's member list during the k-way merge.
+// member is one server in a groupNode. The name is kept beside the pointer
+// so that searching and merging compare names without chasing pointers.
+type member struct {
+	name string
+	e    *entry
+}
+
+type cursor struct {
+	gn  *groupNode
+	pos int
+}
+
+func (c cursor) name() string { return c.gn.members[c.pos].name }
+
+// pickPacked returns the first matching server in Packed order without
+// priorities: tier by tier, and within a tier by name across its nodes.
+func (ix *Index) pickPacked(g *group, sel *Selector) *entry {
+	h := ix.heap[:0]
+	defer func() { ix.heap = h[:0] }()
+	var found *entry
+	var tierA, tierR int
+	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
+		if gn != g.order.first() && (gn.allocated != tierA || gn.ready != tierR) {
+			if found, h = drain(h, sel, false, ""); found != nil {
+				return found
+			}
+		}
+		tierA, tierR = gn.allocated, gn.ready
+		// Every member below this node's first member is in the heap
+		// already; test those before the new node can compete.
+		if found, h = drain(h, sel, true, gn.head); found != nil {
+			return found
+		}
+		h = heapPush(h, cursor{gn: gn})
+	}
+	found, h = drain(h, sel, false, "")
+	return found
+}
+
+// drain tests heap members in name order, stopping at the first match or,
+// when bounded, at the first name not below bound.
+func drain(h []cursor, sel *Selector, bounded bool, bound string) (*entry, []cursor) {
+	for len(h) > 0 {
+		top := &h[0]
+		if bounded && top.name() >= bound {
+			return nil, h
+		}
+		e := top.gn.members[top.pos].e
+		if sel.matchesExceptState(e.gs) {
+			return e, h
+		}
+		top.pos++
+		if top.pos == len(top.gn.members) {
+			h = heapPop(h)
+		} else {
+			heapDown(h, 0)
+		}
+	}
+	return nil, h
+}
+
+func heapPush(h []cursor, c cursor) []cursor {
+	h = append(h, c)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].name() <= h[i].name() {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+	return h
+}
+
+func heapPop(h []cursor) []cursor {
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = cursor{}
+	h = h[:last]
+	if len(h) > 0 {
+		heapDown(h, 0)
+	}
+	return h
+}
+
+func heapDown(h []cursor, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].name() < h[l].name() {
+			m = r
+		}
+		if h[i].name() <= h[m].name() {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// pickPackedPriorities returns, from the first tier holding any match, the
+// match that the priorities and then the name put first.
+func pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
+	var best *entry
+	var tierA, tierR int
+	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
+		if gn.allocated != tierA || gn.ready != tierR {
+			if best != nil {
+				return best
+			}
+			tierA, tierR = gn.allocated, gn.ready
+		}
+		for _, m := range gn.members {
+			best = better(m.e, sel, ps, best)
+		}
+	}
+	return best
+}
+
+// pickBest returns the match among es that the priorities, then the name,
+// put first, starting from best (which may be nil).
+func pickBest(es []*entry, sel *Selector, ps []Priority, best *entry) *entry {
+	for _, e := range es {
+		best = better(e, sel, ps, best)
+	}
+	return best
+}
+
+// better returns e if it matches and comes before best, else best.
+func better(e *entry, sel *Selector, ps []Priority, best *entry) *entry {
+	if !sel.matchesExceptState(e.gs) {
+		return best
+	}
+	if best == nil {
+		return e
+	}
+	c := comparePriorities(ps, e.gs, best.gs)
+	if c < 0 || (c == 0 && e.gs.Name < best.gs.Name) {
+		return e
+	}
+	return best
+}
+
+// randomProbes is how many uniform draws Distributed tries before counting
+// the matches exactly.
+const randomProbes = 16
+
+// pickRandom returns a uniformly random match in g. Draws from the whole
+// group that are accepted are uniform over the matches; when matches are too
+// rare for that to succeed quickly, it counts them and draws directly.
+func pickRandom(g *group, sel *Selector, r *rng) *entry {
+	n := uint64(len(g.all))
+	for range randomProbes {
+		if e := g.all[r.intN(n)]; sel.matchesExceptState(e.gs) {
+			return e
+		}
+	}
+	matches := 0
+	for _, e := range g.all {
+		if sel.matchesExceptState(e.gs) {
+			matches++
+		}
+	}
+	if matches == 0 {
+		return nil
+	}
+	k := int(r.intN(uint64(matches)))
+	for _, e := range g.all {
+		if sel.matchesExceptState(e.gs) {
+			if k == 0 {
+				return e
+			}
+			k--
+		}
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func mustNormalize(t testing.TB, r *Request) *Request {
+	t.Helper()
+	n, err := Normalize(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func ready(name, node string, labels ...string) *GameServer {
+	gs := &GameServer{Namespace: "default", Name: name, NodeName: node, State: StateReady, Labels: map[string]string{}}
+	for i := 0; i+1 < len(labels); i += 2 {
+		gs.Labels[labels[i]] = labels[i+1]
+	}
+	return gs
+}
+
+func withState(gs *GameServer, st State) *GameServer {
+	c := *gs
+	c.State = st
+	return &c
+}
+
+func TestPackedPrefersBusyNodes(t *testing.T) {
+	ix := NewIndex()
+	// node-a: 1 Ready; node-b: 1 Allocated + 1 Ready; node-c: 3 Ready.
+	ix.Upsert(ready("a1", "node-a"))
+	ix.Upsert(withState(ready("b0", "node-b"), StateAllocated))
+	ix.Upsert(ready("b1", "node-b"))
+	for _, n := range []string{"c1", "c2", "c3"} {
+		ix.Upsert(ready(n, "node-c"))
+	}
+	req := mustNormalize(t, &Request{})
+	var got []string
+	for range 5 {
+		res, err := ix.AllocateAndCommit(req, t0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, res.GameServer.Name)
+	}
+	// b1 first (node-b has an Allocated server); then node-c (most Ready,
+	// and after c1 it has the most Allocated); a1 last.
+	if fmt.Sprint(got) != "[b1 c1 c2 c3 a1]" {
+		t.Fatalf("Packed order = %v", got)
+	}
+	if _, err := ix.AllocateAndCommit(req, t0, 0); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("empty fleet: err = %v, want ErrNoMatch", err)
+	}
+}
+
+func TestFirstMatchingSelectorWins(t *testing.T) {
+	ix := NewIndex()
+	ix.Upsert(ready("blue-1", "n1", FleetLabel, "blue"))
+	ix.Upsert(withState(ready("green-1", "n1", FleetLabel, "green"), StateAllocated))
+	ix.Upsert(ready("green-2", "n2", FleetLabel, "green"))
+	req := mustNormalize(t, &Request{Selectors: []Selector{
+		{MatchLabels: map[string]string{FleetLabel: "red"}},
+		{MatchLabels: map[string]string{FleetLabel: "green"}},
+		{MatchLabels: map[string]string{FleetLabel: "blue"}},
+	}})
+	res, err := ix.AllocateAndCommit(req, t0, 0)
+	if err != nil || res.GameServer.Name != "green-2" || res.Selector != 1 {
+		t.Fatalf("got %+v, %v; want green-2 via selector 1", res, err)
+	}
+	// Re-allocation of an Allocated server.
+	realloc := mustNormalize(t, &Request{Selectors: []Selector{{State: StateAllocated, MatchLabels: map[string]string{FleetLabel: "green"}}}})
+	res, err = ix.AllocateAndCommit(realloc, t0, 0)
+	if err != nil || res.Previous.State != StateAllocated {
+		t.Fatalf("re-allocation: %+v, %v", res, err)
+	}
+}
+
+func TestHoldCommitAbort(t *testing.T) {
+	ix := NewIndex()
+	ix.Upsert(ready("a", "n1"))
+	ix.Upsert(ready("b", "n1"))
+	req := mustNormalize(t, &Request{})
+
+	h1, err := ix.Allocate(req, t0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := ix.Allocate(req, t0, 0)
+	if err != nil || h2.Previous.Name == h1.Previous.Name {
+		t.Fatalf("second hold got %v, %v; want the other server", h2, err)
+	}
+	if _, err := ix.Allocate(req, t0, 0); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("both held: want ErrNoMatch, got %v", err)
+	}
+
+	// Abort makes the server a candidate again, unchanged.
+	ix.Abort(h1)
+	if gs, _ := ix.Get(h1.Previous.Key()); gs.State != StateReady {
+		t.Fatalf("after abort state = %s", gs.State)
+	}
+	ix.Abort(h1) // a second abort is a no-op
+	h3, err := ix.Allocate(req, t0, 0)
+	if err != nil || h3.Previous.Name != h1.Previous.Name {
+		t.Fatalf("after abort: %v, %v", h3, err)
+	}
+
+	// Commit stores what the backend confirmed.
+	committed := h3.GameServer.Clone()
+	committed.Version = "42"
+	ix.Commit(h3, committed)
+	if gs, _ := ix.Get(h3.Previous.Key()); gs.State != StateAllocated || gs.Version != "42" {
+		t.Fatalf("after commit: %+v", gs)
+	}
+	ix.Commit(h1, nil) // stale hold: ignored
+	if gs, _ := ix.Get(h3.Previous.Key()); gs.Version != "42" {
+		t.Fatal("a stale hold must not overwrite the committed server")
+	}
+
+	// A held server updated by the informer stays held; removal ends it.
+	ix.Upsert(withState(h2.Previous, StateShutdown))
+	if _, err := ix.Allocate(req, t0, 0); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("held server must stay invisible: %v", err)
+	}
+	ix.Remove(h2.Previous.Key())
+	ix.Commit(h2, nil)
+	if _, ok := ix.Get(h2.Previous.Key()); ok {
+		t.Fatal("commit must not resurrect a removed server")
+	}
+}
+
+func TestNamespacesAreSeparate(t *testing.T) {
+	ix := NewIndex()
+	gs := ready("x", "n1")
+	gs.Namespace = "other"
+	ix.Upsert(gs)
+	if _, err := ix.AllocateAndCommit(mustNormalize(t, &Request{}), t0, 0); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("default namespace must not see 'other': %v", err)
+	}
+	if res, err := ix.AllocateAndCommit(mustNormalize(t, &Request{Namespace: "other"}), t0, 0); err != nil || res.GameServer.Name != "x" {
+		t.Fatalf("%v %v", res, err)
+	}
+}
+
+func TestSameSeedSameAnswer(t *testing.T) {
+	build := func() *Index {
+		ix := NewIndex()
+		for _, gs := range benchFleet(500) {
+			ix.Upsert(gs)
+		}
+		return ix
+	}
+	req := benchRequest(Distributed)
+	a, b := build(), build()
+	for i := range 50 {
+		ra, _ := a.AllocateAndCommit(req, t0, uint64(i))
+		rb, _ := b.AllocateAndCommit(req, t0, uint64(i))
+		if ra.GameServer.Name != rb.GameServer.Name {
+			t.Fatalf("draw %d: %s vs %s", i, ra.GameServer.Name, rb.GameServer.Name)
+		}
+	}
+}
+
+// TestDistributedIsUniform checks with a chi-square test that Distributed
+// picks every matching server equally often, both when matches are common
+// (accepted random draws) and when they are rare (the counting fallback).
+func TestDistributedIsUniform(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		matchOf int // one server in matchOf matches
+	}{{"common", 1}, {"rare", 40}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := NewIndex()
+			const total = 400
+			for i := range total {
+				gs := ready(fmt.Sprintf("gs-%03d", i), fmt.Sprintf("n%d", i%7))
+				gs.Counters = map[string]Counter{"rooms": {Capacity: 1}}
+				if i%tc.matchOf != 0 {
+					gs.Counters["rooms"] = Counter{Count: 1, Capacity: 1}
+				}
+				ix.Upsert(gs)
+			}
+			req := mustNormalize(t, &Request{Scheduling: Distributed, Selectors: []Selector{{Counters: map[string]CounterSelector{"rooms": {MinAvailable: 1}}}}})
+			k := total / tc.matchOf
+			draws := 200 * k
+			seen := map[string]int{}
+			for i := range draws {
+				res, err := ix.Allocate(req, t0, uint64(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[res.Previous.Name]++
+				ix.Abort(res)
+			}
+			if len(seen) != k {
+				t.Fatalf("picked %d distinct servers, want all %d matches", len(seen), k)
+			}
+			exp := float64(draws) / float64(k)
+			chi := 0.0
+			for _, n := range seen {
+				chi += (float64(n) - exp) * (float64(n) - exp) / exp
+			}
+			// Degrees of freedom k-1; mean k-1, sd sqrt(2(k-1)). Six sd is
+			// far beyond chance but catches a biased picker.
+			df := float64(k - 1)
+			if chi > df+6*math.Sqrt(2*df) {
+				t.Fatalf("chi-square %.1f with %d dof: not uniform", chi, k-1)
+			}
+		})
+	}
+}
+
+// TestConcurrentAllocationsNeverShareAServer runs 64 goroutines doing 1,000
+// allocations each over 64k servers: every server is handed out at most once.
+func TestConcurrentAllocationsNeverShareAServer(t *testing.T) {
+	const workers, each = 64, 1000
+	ix := NewIndex()
+	for _, gs := range benchFleet(workers * each) {
+		gs.Labels[FleetLabel] = "one"
+		ix.Upsert(gs)
+	}
+	packed := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{FleetLabel: "one"}}}})
+	distributed := mustNormalize(t, &Request{Scheduling: Distributed})
+	got := make([][]Key, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := packed
+			if w%2 == 1 {
+				req = distributed
+			}
+			for i := range each {
+				seed := uint64(w*each + i)
+				var res *Result
+				var err error
+				if i%3 == 0 {
+					// Backend-style: hold, then commit (or abort and retry).
+					res, err = ix.Allocate(req, t0, seed)
+					if err == nil && i%9 == 0 {
+						ix.Abort(res)
+						res, err = ix.Allocate(req, t0, seed+1)
+					}
+					if err == nil {
+						ix.Commit(res, nil)
+					}
+				} else {
+					res, err = ix.AllocateAndCommit(req, t0, seed)
+				}
+				if err != nil {
+					t.Errorf("worker %d alloc %d: %v", w, i, err)
+					return
+				}
+				got[w] = append(got[w], res.GameServer.Key())
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[Key]bool{}
+	for _, keys := range got {
+		for _, k := range keys {
+			if seen[k] {
+				t.Fatalf("%v allocated twice", k)
+			}
+			seen[k] = true
+		}
+	}
+	if len(seen) != workers*each {
+		t.Fatalf("%d allocations, want %d", len(seen), workers*each)
+	}
+	if _, err := ix.Allocate(packed, t0, 0); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("every server is allocated: want ErrNoMatch, got %v", err)
+	}
+}

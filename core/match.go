@@ -1,0 +1,120 @@
+package core
+
+// Matches reports whether gs satisfies every part of s. The state compared is
+// s.State, with "" meaning Ready (as after Normalize).
+func (s *Selector) Matches(gs *GameServer) bool {
+	want := s.State
+	if want == "" {
+		want = StateReady
+	}
+	return gs.State == want && s.matchesExceptState(gs)
+}
+
+// matchesExceptState is the selector's test once the index has already
+// narrowed candidates to the right namespace and state.
+func (s *Selector) matchesExceptState(gs *GameServer) bool {
+	for k, v := range s.MatchLabels {
+		got, ok := gs.Labels[k]
+		if !ok || got != v {
+			return false
+		}
+	}
+	for i := range s.MatchExpressions {
+		if !s.MatchExpressions[i].matches(gs.Labels) {
+			return false
+		}
+	}
+	for k, c := range s.Counters {
+		ctr, ok := gs.Counters[k]
+		if !ok || !c.matches(ctr) {
+			return false
+		}
+	}
+	for k, l := range s.Lists {
+		lst, ok := gs.Lists[k]
+		if !ok || !l.matches(lst) {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *LabelExpression) matches(labels map[string]string) bool {
+	v, ok := labels[e.Key]
+	switch e.Operator {
+	case OpExists:
+		return ok
+	case OpDoesNotExist:
+		return !ok
+	case OpIn:
+		return ok && contains(e.Values, v)
+	case OpNotIn:
+		// As in Kubernetes, a server without the label is "not in" any set.
+		return !ok || !contains(e.Values, v)
+	}
+	return false
+}
+
+func (c CounterSelector) matches(ctr Counter) bool {
+	if ctr.Count < c.MinCount || (c.MaxCount != 0 && ctr.Count > c.MaxCount) {
+		return false
+	}
+	avail := ctr.Available()
+	return avail >= c.MinAvailable && (c.MaxAvailable == 0 || avail <= c.MaxAvailable)
+}
+
+func (l ListSelector) matches(lst List) bool {
+	if l.ContainsValue != "" && !lst.Contains(l.ContainsValue) {
+		return false
+	}
+	avail := lst.Available()
+	return avail >= l.MinAvailable && (l.MaxAvailable == 0 || avail <= l.MaxAvailable)
+}
+
+func contains(xs []string, v string) bool {
+	for _, x := range xs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// comparePriorities orders a and b by the request's priorities: -1 when a
+// comes first, 1 when b does, 0 when the priorities do not separate them.
+// For each priority the value compared is the available capacity of the named
+// counter or list; a server without the key comes after one with it whatever
+// the order; Ascending puts less available capacity first.
+func comparePriorities(ps []Priority, a, b *GameServer) int {
+	for i := range ps {
+		p := &ps[i]
+		av, aok := priorityValue(p, a)
+		bv, bok := priorityValue(p, b)
+		switch {
+		case aok && !bok:
+			return -1
+		case !aok && bok:
+			return 1
+		case !aok && !bok, av == bv:
+			continue
+		}
+		less := av < bv
+		if p.Order == Descending {
+			less = !less
+		}
+		if less {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+func priorityValue(p *Priority, gs *GameServer) (int64, bool) {
+	if p.Type == PriorityList {
+		l, ok := gs.Lists[p.Key]
+		return l.Available(), ok
+	}
+	c, ok := gs.Counters[p.Key]
+	return c.Available(), ok
+}

@@ -1,0 +1,236 @@
+package core
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// fleetGen builds random fleets and requests from a small vocabulary, so that
+// selectors often match several servers and ties are common.
+type fleetGen struct {
+	r *rand.Rand
+}
+
+var (
+	genNamespaces = []string{"default", "other"}
+	genFleets     = []string{"red", "green", "blue"}
+	genTiers      = []string{"gold", "silver"}
+	genPlayers    = []string{"p1", "p2", "p3", "p4"}
+)
+
+func (g fleetGen) pick(xs []string) string { return xs[g.r.IntN(len(xs))] }
+
+func (g fleetGen) server(ns string, i int, nodes int) *GameServer {
+	r := g.r
+	gs := &GameServer{
+		Namespace: ns,
+		Name:      fmt.Sprintf("gs-%03d", i),
+		NodeName:  fmt.Sprintf("node-%02d", r.IntN(nodes)),
+		Labels:    map[string]string{},
+	}
+	switch x := r.IntN(10); {
+	case x < 6:
+		gs.State = StateReady
+	case x < 9:
+		gs.State = StateAllocated
+	default:
+		gs.State = StateShutdown
+	}
+	if r.IntN(5) > 0 {
+		gs.Labels[FleetLabel] = g.pick(genFleets)
+	}
+	if r.IntN(2) == 0 {
+		gs.Labels["tier"] = g.pick(genTiers)
+	}
+	if r.IntN(4) > 0 {
+		capacity := int64(r.IntN(6))
+		gs.Counters = map[string]Counter{"rooms": {Count: int64(r.IntN(int(capacity) + 1)), Capacity: capacity}}
+	}
+	if r.IntN(3) > 0 {
+		l := List{Capacity: int64(r.IntN(5))}
+		for _, p := range genPlayers {
+			if int64(len(l.Values)) < l.Capacity && r.IntN(2) == 0 {
+				l.Values = append(l.Values, p)
+			}
+		}
+		gs.Lists = map[string]List{"players": l}
+	}
+	return gs
+}
+
+func (g fleetGen) selector() Selector {
+	r := g.r
+	s := Selector{State: StateReady}
+	if r.IntN(5) == 0 {
+		s.State = StateAllocated
+	}
+	if r.IntN(3) > 0 {
+		s.MatchLabels = map[string]string{FleetLabel: g.pick(genFleets)}
+	}
+	if r.IntN(4) == 0 {
+		if s.MatchLabels == nil {
+			s.MatchLabels = map[string]string{}
+		}
+		s.MatchLabels["tier"] = g.pick(genTiers)
+	}
+	switch r.IntN(6) {
+	case 0:
+		s.MatchExpressions = []LabelExpression{{Key: "tier", Operator: OpExists}}
+	case 1:
+		s.MatchExpressions = []LabelExpression{{Key: "tier", Operator: OpNotIn, Values: []string{g.pick(genTiers)}}}
+	case 2:
+		s.MatchExpressions = []LabelExpression{{Key: FleetLabel, Operator: OpIn, Values: []string{g.pick(genFleets), g.pick(genFleets)}}}
+	}
+	if r.IntN(3) == 0 {
+		s.Counters = map[string]CounterSelector{"rooms": {MinAvailable: int64(r.IntN(3)), MaxCount: int64(r.IntN(4))}}
+	}
+	if r.IntN(4) == 0 {
+		s.Lists = map[string]ListSelector{"players": {MinAvailable: int64(r.IntN(2))}}
+		if r.IntN(2) == 0 {
+			s.Lists["players"] = ListSelector{ContainsValue: g.pick(genPlayers)}
+		}
+	}
+	return s
+}
+
+func (g fleetGen) request(distributed bool) *Request {
+	r := g.r
+	req := &Request{Namespace: g.pick(genNamespaces)}
+	for range 1 + r.IntN(3) {
+		req.Selectors = append(req.Selectors, g.selector())
+	}
+	if distributed {
+		req.Scheduling = Distributed
+	}
+	for range r.IntN(3) {
+		p := Priority{Type: PriorityCounter, Key: "rooms", Order: Order(r.IntN(2))}
+		if r.IntN(2) == 0 {
+			p = Priority{Type: PriorityList, Key: "players", Order: Order(r.IntN(2))}
+		}
+		req.Priorities = append(req.Priorities, p)
+	}
+	if distributed && len(req.Priorities) == 0 {
+		req.Priorities = []Priority{{Type: PriorityCounter, Key: "rooms"}}
+	}
+	if r.IntN(3) == 0 {
+		one := int64(1)
+		req.Counters = map[string]CounterAction{"rooms": {Action: ActionIncrement, Amount: &one}}
+	}
+	if r.IntN(4) == 0 {
+		req.Lists = map[string]ListAction{"players": {AddValues: []string{g.pick(genPlayers)}}}
+	}
+	if r.IntN(4) == 0 {
+		req.Metadata.Labels = map[string]string{"tier": g.pick(genTiers)}
+	}
+	n, err := Normalize(req)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+// TestIndexMatchesReference checks the indexed allocator against the naive
+// one on thousands of random fleets and requests, Packed and Distributed with
+// priorities, interleaved with random updates, removals and aborted holds.
+func TestIndexMatchesReference(t *testing.T) {
+	fleets := 3000
+	if testing.Short() {
+		fleets = 300
+	}
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for f := range fleets {
+		g := fleetGen{r: rand.New(rand.NewPCG(uint64(f), 7))}
+		ix, ref := NewIndex(), newNaive()
+		size := 1 + g.r.IntN(60)
+		nodes := 1 + g.r.IntN(8)
+		for i := range size {
+			ns := genNamespaces[g.r.IntN(3)%2]
+			gs := g.server(ns, i, nodes)
+			ix.Upsert(gs)
+			ref.upsert(gs)
+		}
+		for step := range 40 {
+			switch op := g.r.IntN(10); {
+			case op < 6:
+				req := g.request(g.r.IntN(3) == 0)
+				want := ref.allocate(req, now)
+				res, err := ix.AllocateAndCommit(req, now, uint64(step))
+				if want == nil {
+					if err != ErrNoMatch {
+						t.Fatalf("fleet %d step %d: reference found nothing, index gave %v, %v", f, step, res, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("fleet %d step %d: reference chose %s, index failed: %v\nrequest: %+v", f, step, want.Name, err, req)
+				}
+				if res.GameServer.Key() != want.Key() {
+					t.Fatalf("fleet %d step %d: reference chose %s/%s, index chose %s/%s\nrequest: %+v",
+						f, step, want.Namespace, want.Name, res.GameServer.Namespace, res.GameServer.Name, req)
+				}
+			case op < 8:
+				gs := g.server(genNamespaces[g.r.IntN(2)], g.r.IntN(size+5), nodes)
+				ix.Upsert(gs)
+				ref.upsert(gs)
+			case op < 9:
+				k := Key{genNamespaces[g.r.IntN(2)], fmt.Sprintf("gs-%03d", g.r.IntN(size+5))}
+				if got, want := ix.Remove(k), ref.servers[k] != nil; got != want {
+					t.Fatalf("Remove(%v) = %v, want %v", k, got, want)
+				}
+				ref.remove(k)
+			default:
+				// A hold that is aborted leaves no trace.
+				req := g.request(false)
+				if res, err := ix.Allocate(req, now, 1); err == nil {
+					ix.Abort(res)
+				}
+			}
+		}
+		if ix.Len() != len(ref.servers) {
+			t.Fatalf("fleet %d: index has %d servers, reference %d", f, ix.Len(), len(ref.servers))
+		}
+	}
+}
+
+// TestDistributedPicksAValidMatch checks random Distributed picks against the
+// reference's candidate set: the same selector wins and the pick is among its
+// matches.
+func TestDistributedPicksAValidMatch(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for f := range 500 {
+		g := fleetGen{r: rand.New(rand.NewPCG(uint64(f), 11))}
+		ix, ref := NewIndex(), newNaive()
+		for i := range 1 + g.r.IntN(80) {
+			gs := g.server(genNamespaces[g.r.IntN(2)], i, 1+g.r.IntN(6))
+			ix.Upsert(gs)
+			ref.upsert(gs)
+		}
+		for step := range 20 {
+			req := g.request(true)
+			req.Priorities = nil
+			cands, sel := ref.candidates(req)
+			res, err := ix.AllocateAndCommit(req, now, uint64(step))
+			if cands == nil {
+				if err != ErrNoMatch {
+					t.Fatalf("fleet %d: reference found nothing, index: %v", f, err)
+				}
+				continue
+			}
+			if err != nil || res.Selector != sel {
+				t.Fatalf("fleet %d: want selector %d, got %v, %v", f, sel, res, err)
+			}
+			found := false
+			for _, c := range cands {
+				if c.Key() == res.Previous.Key() {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("fleet %d: index chose %s, not a match of selector %d", f, res.Previous.Name, sel)
+			}
+			ref.upsert(res.GameServer)
+		}
+	}
+}
