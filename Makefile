@@ -5,6 +5,7 @@
 # does not collide with another); they may append to TEST_DEPS, VERIFY_DEPS
 # and GENERATE_TARGETS.
 
+SHELL     := bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 PKGS      := ./...
@@ -53,9 +54,10 @@ tidy-check:
 imports-check:
 	@bash hack/check-imports.sh
 
-## bench: the core benchmarks (BENCHTIME=3s for steadier figures).
+## bench: the core benchmarks, indexed and naive in one run, with the
+## speed-up table (BENCHTIME=3s for steadier figures).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./core/
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./core/ | awk -f hack/bench-ratio.awk
 
 generate: $(GENERATE_TARGETS)
 
