@@ -1,0 +1,15 @@
+// Module tools/proto pins the protoc plugins that generate the allocator's
+// gRPC code, apart from the main module so their versions never leak into it.
+module github.com/quartermaster-dev/quartermaster/tools/proto
+
+go 1.26
+
+tool (
+	google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)
+
+require (
+	google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.2 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
