@@ -587,7 +587,7 @@ func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
 	case req.Scheduling == Distributed && len(req.Priorities) == 0:
 		return pickRandom(g, sel, r)
 	case req.Scheduling == Distributed:
-		return pickBest(g.all, sel, req.Priorities, nil)
+		return pickBest(g.all, sel, g.key.label, req.Priorities, nil)
 	case len(req.Priorities) == 0:
 		g.refresh()
 		return ix.pickPacked(g, sel)
@@ -615,38 +615,39 @@ func (c cursor) name() string { return c.gn.members[c.pos].name }
 // pickPacked returns the first matching server in Packed order without
 // priorities: tier by tier, and within a tier by name across its nodes.
 func (ix *Index) pickPacked(g *group, sel *Selector) *entry {
+	known := g.key.label
 	h := ix.heap[:0]
 	defer func() { ix.heap = h[:0] }()
 	var found *entry
 	var tierA, tierR int
 	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
 		if gn != g.order.first() && (gn.allocated != tierA || gn.ready != tierR) {
-			if found, h = drain(h, sel, false, ""); found != nil {
+			if found, h = drain(h, sel, known, false, ""); found != nil {
 				return found
 			}
 		}
 		tierA, tierR = gn.allocated, gn.ready
 		// Every member below this node's first member is in the heap
 		// already; test those before the new node can compete.
-		if found, h = drain(h, sel, true, gn.head); found != nil {
+		if found, h = drain(h, sel, known, true, gn.head); found != nil {
 			return found
 		}
 		h = heapPush(h, cursor{gn: gn})
 	}
-	found, h = drain(h, sel, false, "")
+	found, h = drain(h, sel, known, false, "")
 	return found
 }
 
 // drain tests heap members in name order, stopping at the first match or,
 // when bounded, at the first name not below bound.
-func drain(h []cursor, sel *Selector, bounded bool, bound string) (*entry, []cursor) {
+func drain(h []cursor, sel *Selector, known string, bounded bool, bound string) (*entry, []cursor) {
 	for len(h) > 0 {
 		top := &h[0]
 		if bounded && top.name() >= bound {
 			return nil, h
 		}
 		e := top.gn.members[top.pos].e
-		if sel.matchesExceptState(e.gs) {
+		if sel.matchesWithin(e.gs, known) {
 			return e, h
 		}
 		top.pos++
@@ -705,6 +706,7 @@ func heapDown(h []cursor, i int) {
 // pickPackedPriorities returns, from the first tier holding any match, the
 // match that the priorities and then the name put first.
 func pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
+	known := g.key.label
 	var best *entry
 	var tierA, tierR int
 	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
@@ -715,7 +717,7 @@ func pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
 			tierA, tierR = gn.allocated, gn.ready
 		}
 		for _, m := range gn.members {
-			best = better(m.e, sel, ps, best)
+			best = better(m.e, sel, known, ps, best)
 		}
 	}
 	return best
@@ -723,16 +725,16 @@ func pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
 
 // pickBest returns the match among es that the priorities, then the name,
 // put first, starting from best (which may be nil).
-func pickBest(es []*entry, sel *Selector, ps []Priority, best *entry) *entry {
+func pickBest(es []*entry, sel *Selector, known string, ps []Priority, best *entry) *entry {
 	for _, e := range es {
-		best = better(e, sel, ps, best)
+		best = better(e, sel, known, ps, best)
 	}
 	return best
 }
 
 // better returns e if it matches and comes before best, else best.
-func better(e *entry, sel *Selector, ps []Priority, best *entry) *entry {
-	if !sel.matchesExceptState(e.gs) {
+func better(e *entry, sel *Selector, known string, ps []Priority, best *entry) *entry {
+	if !sel.matchesWithin(e.gs, known) {
 		return best
 	}
 	if best == nil {
@@ -753,15 +755,16 @@ const randomProbes = 16
 // group that are accepted are uniform over the matches; when matches are too
 // rare for that to succeed quickly, it counts them and draws directly.
 func pickRandom(g *group, sel *Selector, r *rng) *entry {
+	known := g.key.label
 	n := uint64(len(g.all))
 	for range randomProbes {
-		if e := g.all[r.intN(n)]; sel.matchesExceptState(e.gs) {
+		if e := g.all[r.intN(n)]; sel.matchesWithin(e.gs, known) {
 			return e
 		}
 	}
 	matches := 0
 	for _, e := range g.all {
-		if sel.matchesExceptState(e.gs) {
+		if sel.matchesWithin(e.gs, known) {
 			matches++
 		}
 	}
@@ -770,7 +773,7 @@ func pickRandom(g *group, sel *Selector, r *rng) *entry {
 	}
 	k := int(r.intN(uint64(matches)))
 	for _, e := range g.all {
-		if sel.matchesExceptState(e.gs) {
+		if sel.matchesWithin(e.gs, known) {
 			if k == 0 {
 				return e
 			}

@@ -7,13 +7,17 @@ func (s *Selector) Matches(gs *GameServer) bool {
 	if want == "" {
 		want = StateReady
 	}
-	return gs.State == want && s.matchesExceptState(gs)
+	return gs.State == want && s.matchesWithin(gs, "")
 }
 
-// matchesExceptState is the selector's test once the index has already
-// narrowed candidates to the right namespace and state.
-func (s *Selector) matchesExceptState(gs *GameServer) bool {
+// matchesWithin is the selector's test once the index has already narrowed
+// candidates to the right namespace and state, and to servers carrying the
+// label known (whose matchLabels entry needs no second look; "" for none).
+func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
 	for k, v := range s.MatchLabels {
+		if k == known {
+			continue
+		}
 		got, ok := gs.Labels[k]
 		if !ok || got != v {
 			return false
