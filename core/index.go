@@ -31,10 +31,11 @@ var ErrNoMatch = errors.New("no game server matches the request")
 //
 // Servers in state Ready or Allocated are kept in groups: per (namespace,
 // state, label=value) for the label values requests select on, and per
-// (namespace, state) for requests without matchLabels. A group is created on
-// first use by one scan, then kept up to date incrementally, so a server is
-// only in the groups that requests actually use. A selector is served from
-// its smallest group. Within
+// (namespace, state) for requests without matchLabels. Ready servers' fleet
+// groups are kept from the start; any other group is created on first use by
+// one scan, then kept up to date incrementally, so a server is only in the
+// groups that requests actually use. A selector is served from its smallest
+// group. Within
 // a group each node has a name-sorted member list, and the nodes sit in a
 // skiplist in Packed order: most Allocated servers first, then most Ready,
 // then by the name of their first member. Per-node counts change with every
@@ -111,6 +112,7 @@ type group struct {
 	nodes map[*nodeInfo]*groupNode
 	order nodeOrder
 	dirty []*groupNode
+	prios []*prioIndex // per priority key, built when a request first uses it
 }
 
 // groupNode is one node's members within one group.
@@ -134,7 +136,11 @@ func NewIndex() *Index {
 		entries: map[Key]*entry{},
 		nodes:   map[string]*nodeInfo{},
 		groups:  map[groupKey]*group{},
-		levels:  newRNG(0x5eed),
+		// Fleet is what nearly every request selects on: its Ready groups
+		// are kept from the start (see link) so that no request pays for
+		// building one.
+		labelKeys: []string{FleetLabel},
+		levels:    newRNG(0x5eed),
 	}
 }
 
@@ -380,7 +386,14 @@ func (ix *Index) link(e *entry) {
 		if !ok {
 			continue
 		}
-		if g := ix.groups[groupKey{gs.Namespace, gs.State, k, v}]; g != nil {
+		key := groupKey{gs.Namespace, gs.State, k, v}
+		g := ix.groups[key]
+		if g == nil && k == FleetLabel && gs.State == StateReady {
+			// Every Ready server of this fleet passes through here, so
+			// a group created now (empty) is complete.
+			g = ix.group(key)
+		}
+		if g != nil {
 			ix.join(e, g)
 		}
 	}
@@ -418,10 +431,16 @@ func (ix *Index) join(e *entry, g *group) {
 	gn.markDirty()
 	e.in = append(e.in, membership{g: g, gn: gn, pos: len(g.all)})
 	g.all = append(g.all, e)
+	for _, p := range g.prios {
+		p.add(e)
+	}
 }
 
 func (ix *Index) leave(e *entry, m membership) {
 	gn, g := m.gn, m.g
+	for _, p := range g.prios {
+		p.remove(e)
+	}
 	if i := gn.find(e); i >= 0 {
 		copy(gn.members[i:], gn.members[i+1:])
 		gn.members[len(gn.members)-1] = member{}
@@ -587,13 +606,16 @@ func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
 	case req.Scheduling == Distributed && len(req.Priorities) == 0:
 		return pickRandom(g, sel, r)
 	case req.Scheduling == Distributed:
+		if e, ok := firstInPriorityOrder(g, sel, req.Priorities, nil, &ix.levels); ok {
+			return e
+		}
 		return pickBest(g.all, sel, g.key.label, req.Priorities, nil)
 	case len(req.Priorities) == 0:
 		g.refresh()
 		return ix.pickPacked(g, sel)
 	default:
 		g.refresh()
-		return pickPackedPriorities(g, sel, req.Priorities)
+		return ix.pickPackedPriorities(g, sel, req.Priorities)
 	}
 }
 
@@ -704,17 +726,42 @@ func heapDown(h []cursor, i int) {
 }
 
 // pickPackedPriorities returns, from the first tier holding any match, the
-// match that the priorities and then the name put first.
-func pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
+// match that the priorities and then the name put first. The first match in
+// plain Packed order names that tier. A small tier is compared member by
+// member; a large one (all nodes alike, as in a fresh fleet) is searched
+// through the group's priority index, keeping only members of the tier.
+func (ix *Index) pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
+	first := ix.pickPacked(g, sel)
+	if first == nil {
+		return nil
+	}
+	tierA, tierR := first.node.allocated, first.node.ready
 	known := g.key.label
+	size := 0
 	var best *entry
-	var tierA, tierR int
+	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
+		if gn.allocated != tierA || gn.ready != tierR {
+			if size > 0 {
+				break
+			}
+			continue
+		}
+		size += len(gn.members)
+	}
+	// The index pays off when the tier is large and a fair share of the
+	// group (so walking it in priority order skips few non-tier members).
+	if size > prioIndexMinTier && size*8 >= len(g.all) {
+		inTier := func(e *entry) bool { return e.node.allocated == tierA && e.node.ready == tierR }
+		if e, ok := firstInPriorityOrder(g, sel, ps, inTier, &ix.levels); ok {
+			return e
+		}
+	}
 	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
 		if gn.allocated != tierA || gn.ready != tierR {
 			if best != nil {
-				return best
+				break
 			}
-			tierA, tierR = gn.allocated, gn.ready
+			continue
 		}
 		for _, m := range gn.members {
 			best = better(m.e, sel, known, ps, best)
@@ -722,6 +769,11 @@ func pickPackedPriorities(g *group, sel *Selector, ps []Priority) *entry {
 	}
 	return best
 }
+
+// prioIndexMinTier is the tier size up to which comparing every member is
+// cheaper than walking the priority index. A variable so tests can force
+// either path.
+var prioIndexMinTier = 64
 
 // pickBest returns the match among es that the priorities, then the name,
 // put first, starting from best (which may be nil).

@@ -135,9 +135,19 @@ func (g fleetGen) request(distributed bool) *Request {
 // one on thousands of random fleets and requests, Packed and Distributed with
 // priorities, interleaved with random updates, removals and aborted holds.
 func TestIndexMatchesReference(t *testing.T) {
-	fleets := 3000
+	t.Run("default", func(t *testing.T) { checkAgainstReference(t, 3000) })
+	// Force Packed-with-priorities through the priority index even for the
+	// small tiers of these fleets.
+	t.Run("priority-index", func(t *testing.T) {
+		defer func(v int) { prioIndexMinTier = v }(prioIndexMinTier)
+		prioIndexMinTier = 0
+		checkAgainstReference(t, 1500)
+	})
+}
+
+func checkAgainstReference(t *testing.T, fleets int) {
 	if testing.Short() {
-		fleets = 300
+		fleets /= 10
 	}
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	for f := range fleets {
