@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/quartermaster-dev/quartermaster/scenarios"
+)
+
+func init() {
+	register(command{
+		name:    "sim",
+		summary: "run a scenario file in the simulator and check its expectations",
+		run:     runSim,
+	})
+}
+
+// runSim is `qm sim FILE [--out results.json] [--quiet]`. It prints a summary
+// table on stdout, progress on stderr for runs that take a while, writes the
+// report JSON when asked, and exits 2 when an expectation fails.
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "write the results JSON to this file")
+	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: qm sim FILE [--out results.json] [--quiet]")
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after the file.
+	var files []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return exitError{code: 2}
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) != 1 {
+		fs.Usage()
+		return exitError{code: 2}
+	}
+	sc, err := scenarios.Load(files[0])
+	if err != nil {
+		return err
+	}
+	opt := scenarios.Options{}
+	start := time.Now()
+	if !*quiet {
+		last := start
+		opt.Progress = func(now, total time.Duration, events uint64) {
+			if t := time.Now(); t.Sub(last) >= time.Second {
+				last = t
+				fmt.Fprintf(stderr, "\r%s: %5.1f%% of %s virtual, %d events, %.0f events/s",
+					sc.Metadata.Name, 100*now.Seconds()/total.Seconds(), total, events,
+					float64(events)/t.Sub(start).Seconds())
+			}
+		}
+	}
+	// The run is one uninterruptible computation; a signal still stops the
+	// process as usual.
+	_ = ctx
+	rep, err := sc.Run(opt)
+	if err != nil {
+		return err
+	}
+	wall := time.Since(start)
+	if !*quiet {
+		if wall >= time.Second {
+			fmt.Fprintln(stderr)
+		}
+		fmt.Fprintf(stderr, "%s: %d events in %s (%.0f events/s)\n", sc.Metadata.Name, rep.Results.Events,
+			wall.Round(time.Millisecond), float64(rep.Results.Events)/wall.Seconds())
+	}
+	if *out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if !*quiet {
+		printSummary(stdout, rep)
+	} else {
+		for _, c := range rep.Expectations {
+			if !c.Pass {
+				fmt.Fprintf(stdout, "FAIL %s = %v (want %s)\n", c.Metric, c.Value, bounds(c))
+			}
+		}
+	}
+	if !rep.Passed {
+		return exitError{code: 2}
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, rep *scenarios.Report) {
+	r := rep.Results
+	t := r.Totals
+	fmt.Fprintf(w, "scenario %s (seed %d, %s virtual)\n\n", rep.Scenario, r.Seed, r.Duration)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cluster\tprovider\ttries\tallocated\tshare\tunAllocated\tcontention\tunavailable\tretries\tp50 ms\tp99 ms\tpacking\tnode-hours\tcost\t")
+	names := make([]string, 0, len(r.Clusters))
+	for n := range r.Clusters {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := r.Clusters[n]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f%%\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.2f\t\n",
+			n, c.Provider, c.Tries, c.Allocated, 100*c.Share, c.UnAllocated, c.Contention, c.Unavailable,
+			c.Retries, c.Latency.P50Ms, c.Latency.P99Ms, c.PackingEfficiency, c.NodeHours, c.Cost)
+	}
+	fmt.Fprintf(tw, "total\t\t%d\t%d\t\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.2f\t\n",
+		t.Requests, t.Allocated, t.UnAllocated, t.Contention, t.Unavailable, t.Retries,
+		t.Latency.P50Ms, t.Latency.P99Ms, t.PackingEfficiency, t.NodeHours, t.Cost)
+	tw.Flush()
+	fmt.Fprintf(w, "\nsuccess rate %.4f%%, deadline exceeded %d, in flight at end %d\n",
+		100*t.SuccessRate, t.DeadlineExceeded, t.InFlight)
+	if len(rep.Expectations) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nexpectations:")
+	for _, c := range rep.Expectations {
+		mark := "ok  "
+		if !c.Pass {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %s = %v (want %s)", mark, c.Metric, c.Value, bounds(c))
+		if c.Description != "" {
+			fmt.Fprintf(w, "  # %s", c.Description)
+		}
+		fmt.Fprintln(w)
+	}
+	if rep.Passed {
+		fmt.Fprintln(w, "PASS")
+	} else {
+		fmt.Fprintln(w, "FAIL")
+	}
+}
+
+func bounds(c scenarios.Check) string {
+	var parts []string
+	if c.Min != nil {
+		parts = append(parts, fmt.Sprintf(">= %v", *c.Min))
+	}
+	if c.Max != nil {
+		parts = append(parts, fmt.Sprintf("<= %v", *c.Max))
+	}
+	return strings.Join(parts, " and ")
+}

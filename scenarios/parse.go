@@ -1,0 +1,545 @@
+package scenarios
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads, decodes, defaults and validates the scenario file at path.
+func Load(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// maxFileSize bounds what Parse reads: a scenario is a page of YAML, and a
+// bound keeps a hostile file from costing unbounded memory.
+const maxFileSize = 1 << 20
+
+// Parse decodes a scenario strictly, applies defaults and validates it.
+func Parse(data []byte) (*Scenario, error) {
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("scenario is %d bytes; the limit is %d", len(data), maxFileSize)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("scenario is empty")
+	}
+	// Check the version first, so that a file of another kind gets that
+	// error instead of a list of unknown fields.
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+	}
+	if err := yaml.Unmarshal(data, &head); err != nil {
+		return nil, yamlError(err)
+	}
+	if head.APIVersion != APIVersion {
+		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, APIVersion)
+	}
+	if head.Kind != Kind {
+		return nil, fmt.Errorf("kind: got %q, want %q", head.Kind, Kind)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		return nil, yamlError(err)
+	}
+	var extra any
+	if err := dec.Decode(&extra); err != io.EOF {
+		return nil, errors.New("a scenario file holds one YAML document; found more")
+	}
+	s.Default()
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+var notFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// yamlError rewords the decoder's messages for people who never saw the Go
+// types: "field foo not found in type scenarios.Cluster" becomes
+// "unknown field "foo"".
+func yamlError(err error) error {
+	msg := notFound.ReplaceAllString(err.Error(), `unknown field "$1"`)
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
+	return errors.New(msg)
+}
+
+// Default fills in what the file left out. It is applied before validation
+// so that validation sees the values the run will use.
+func (s *Scenario) Default() {
+	sp := &s.Spec
+	if sp.Seed == nil {
+		one := uint64(1)
+		sp.Seed = &one
+	}
+	if sp.Routing.ForwardTimeout == 0 {
+		sp.Routing.ForwardTimeout = Duration(10 * time.Second)
+	}
+	if sp.Routing.Deadline == 0 {
+		sp.Routing.Deadline = Duration(30 * time.Second)
+	}
+	for i := range sp.Clusters {
+		c := &sp.Clusters[i]
+		if c.RTT == nil {
+			c.RTT = constDist(0)
+		}
+		if c.APIServer.WriteLatency == nil {
+			c.APIServer.WriteLatency = &Dist{LogNormal: &LogNormal{
+				Median: Duration(15 * time.Millisecond), P99: Duration(60 * time.Millisecond)}}
+		}
+		a := &c.Allocator
+		if a.Replicas == nil {
+			one := 1
+			a.Replicas = &one
+		}
+		if a.InformerDelay == nil {
+			a.InformerDelay = constDist(0)
+		}
+		if a.MaxRetries == nil {
+			ten := 10
+			a.MaxRetries = &ten
+		}
+		if a.DecisionTime == nil {
+			a.DecisionTime = constDist(0)
+		}
+		for j := range c.Fleets {
+			f := &c.Fleets[j]
+			if f.Scheduling == "" {
+				f.Scheduling = "Packed"
+			}
+			if f.StartupDelay == nil {
+				f.StartupDelay = constDist(10 * time.Second)
+			}
+			if f.SessionEnd == "" {
+				f.SessionEnd = "Shutdown"
+			}
+			if f.Buffer != nil && f.Buffer.SyncInterval == 0 {
+				f.Buffer.SyncInterval = Duration(30 * time.Second)
+			}
+		}
+	}
+	for i := range sp.Policies {
+		if sp.Policies[i].Weight == nil {
+			one := 1
+			sp.Policies[i].Weight = &one
+		}
+	}
+	for i := range sp.Workload {
+		w := &sp.Workload[i]
+		if w.Request.Scheduling == "" {
+			w.Request.Scheduling = "Packed"
+		}
+		if d := w.Rate.Diurnal; d != nil && d.Period == 0 {
+			d.Period = Duration(24 * time.Hour)
+		}
+	}
+	for i := range sp.Faults {
+		if sp.Faults[i].Type == "" {
+			sp.Faults[i].Type = "outage"
+		}
+	}
+}
+
+func constDist(d time.Duration) *Dist {
+	v := Duration(d)
+	return &Dist{Constant: &v}
+}
+
+// FieldError is one problem in a scenario: where, and why.
+type FieldError struct {
+	Path   string
+	Reason string
+}
+
+func (e FieldError) String() string { return e.Path + ": " + e.Reason }
+
+// ValidationError lists every problem found in a scenario.
+type ValidationError struct{ Errors []FieldError }
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, fe := range e.Errors {
+		parts[i] = fe.String()
+	}
+	return "invalid scenario: " + strings.Join(parts, "; ")
+}
+
+type checker struct{ errs []FieldError }
+
+func (c *checker) add(path, format string, args ...any) {
+	c.errs = append(c.errs, FieldError{path, fmt.Sprintf(format, args...)})
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func (c *checker) name(path, n string) {
+	if n == "" {
+		c.add(path, "must be set")
+	} else if len(n) > 63 || !dnsLabel.MatchString(n) {
+		c.add(path, "%q must be a DNS label (lowercase letters, digits and '-', at most 63)", n)
+	}
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Validate checks a defaulted scenario; the error lists every problem with
+// its field path.
+func (s *Scenario) Validate() error {
+	c := &checker{}
+	sp := &s.Spec
+	c.name("metadata.name", s.Metadata.Name)
+	if sp.Duration <= 0 {
+		c.add("spec.duration", "must be positive")
+	} else if sp.Duration.D() > 400*24*time.Hour {
+		c.add("spec.duration", "must be at most 400 days")
+	}
+	if sp.SampleInterval < 0 {
+		c.add("spec.sampleInterval", "must not be negative")
+	} else if sp.SampleInterval > 0 && sp.Duration > 0 && sp.Duration.D()/sp.SampleInterval.D() > 100000 {
+		c.add("spec.sampleInterval", "gives more than 100000 samples; make it longer")
+	} else if sp.SampleInterval == 0 && sp.Duration > 0 && sp.Duration.D()/240 < time.Second && sp.Duration.D() > 100000*time.Second {
+		c.add("spec.sampleInterval", "must be set for a run this long")
+	}
+	if sp.Routing.ForwardTimeout < 0 {
+		c.add("spec.routing.forwardTimeout", "must not be negative")
+	}
+	if sp.Routing.Deadline < 0 {
+		c.add("spec.routing.deadline", "must not be negative")
+	}
+
+	clusters := map[string]bool{}
+	if len(sp.Clusters) == 0 {
+		c.add("spec.clusters", "at least one cluster is needed")
+	}
+	if len(sp.Clusters) > 64 {
+		c.add("spec.clusters", "at most 64 clusters")
+	}
+	totalSlots := 0
+	for i, cl := range sp.Clusters {
+		p := fmt.Sprintf("spec.clusters[%d]", i)
+		c.name(p+".name", cl.Name)
+		if clusters[cl.Name] {
+			c.add(p+".name", "%q is used by another cluster", cl.Name)
+		}
+		clusters[cl.Name] = true
+		c.name(p+".provider", cl.Provider)
+		if cl.CostPerNodeHour < 0 || !finite(cl.CostPerNodeHour) {
+			c.add(p+".costPerNodeHour", "must be a number >= 0")
+		}
+		c.dist(p+".rtt", cl.RTT)
+		if cl.Nodes.Count <= 0 {
+			c.add(p+".nodes.count", "must be positive")
+		}
+		if cl.Nodes.Slots <= 0 || cl.Nodes.Slots > 1000 {
+			c.add(p+".nodes.slots", "must be 1 to 1000")
+		}
+		slots := cl.Nodes.Count * cl.Nodes.Slots
+		if cl.Nodes.Count > 1_000_000 || slots > 10_000_000 {
+			c.add(p+".nodes", "at most 10 million slots per cluster")
+		}
+		totalSlots += max(slots, 0)
+		c.dist(p+".apiServer.writeLatency", cl.APIServer.WriteLatency)
+		a := cl.Allocator
+		if r := *a.Replicas; r < 1 || r > 64 {
+			c.add(p+".allocator.replicas", "must be 1 to 64")
+		}
+		c.dist(p+".allocator.informerDelay", a.InformerDelay)
+		c.dist(p+".allocator.decisionTime", a.DecisionTime)
+		if a.Workers < 0 {
+			c.add(p+".allocator.workers", "must not be negative (0 means no bound)")
+		}
+		if *a.MaxRetries < 0 || *a.MaxRetries > 1000 {
+			c.add(p+".allocator.maxRetries", "must be 0 to 1000")
+		}
+		fleets := map[string]bool{}
+		want := 0
+		for j, f := range cl.Fleets {
+			fp := fmt.Sprintf("%s.fleets[%d]", p, j)
+			c.name(fp+".name", f.Name)
+			if fleets[f.Name] {
+				c.add(fp+".name", "%q is used by another fleet of this cluster", f.Name)
+			}
+			fleets[f.Name] = true
+			if f.Replicas < 0 {
+				c.add(fp+".replicas", "must not be negative")
+			}
+			want += max(f.Replicas, 0)
+			if f.Scheduling != "Packed" && f.Scheduling != "Distributed" {
+				c.add(fp+".scheduling", "must be Packed or Distributed, not %q", f.Scheduling)
+			}
+			if f.SessionEnd != "Shutdown" && f.SessionEnd != "Ready" {
+				c.add(fp+".sessionEnd", "must be Shutdown or Ready, not %q", f.SessionEnd)
+			}
+			c.dist(fp+".startupDelay", f.StartupDelay)
+			for k, v := range f.Labels {
+				if k == "" || len(k) > 316 || len(v) > 63 {
+					c.add(fp+".labels", "label %q=%q is not a valid Kubernetes label", k, v)
+				}
+			}
+			if b := f.Buffer; b != nil {
+				if b.Size < 0 {
+					c.add(fp+".buffer.size", "must not be negative")
+				}
+				if b.Min < 0 {
+					c.add(fp+".buffer.min", "must not be negative")
+				}
+				if b.Max <= 0 || b.Max < b.Min {
+					c.add(fp+".buffer.max", "must be positive and at least min")
+				}
+				if b.SyncInterval < Duration(time.Second) {
+					c.add(fp+".buffer.syncInterval", "must be at least 1s")
+				}
+			}
+		}
+		if slots > 0 && want > slots {
+			c.add(p+".fleets", "%d replicas do not fit on %d nodes of %d slots", want, cl.Nodes.Count, cl.Nodes.Slots)
+		}
+	}
+	if totalSlots > 20_000_000 {
+		c.add("spec.clusters", "at most 20 million slots in all")
+	}
+
+	policies := map[string]bool{}
+	for i, pol := range sp.Policies {
+		p := fmt.Sprintf("spec.policies[%d]", i)
+		c.name(p+".name", pol.Name)
+		if policies[pol.Name] {
+			c.add(p+".name", "%q is used by another policy", pol.Name)
+		}
+		policies[pol.Name] = true
+		if pol.Priority < 0 {
+			c.add(p+".priority", "must not be negative")
+		}
+		if *pol.Weight < 0 {
+			c.add(p+".weight", "must not be negative")
+		}
+		if !clusters[pol.ConnectionInfo.ClusterName] {
+			c.add(p+".connectionInfo.clusterName", "%q is not a cluster of spec.clusters", pol.ConnectionInfo.ClusterName)
+		}
+	}
+
+	if len(sp.Workload) == 0 {
+		c.add("spec.workload", "at least one stream is needed")
+	}
+	streams := map[string]bool{}
+	for i, w := range sp.Workload {
+		p := fmt.Sprintf("spec.workload[%d]", i)
+		c.name(p+".name", w.Name)
+		if streams[w.Name] {
+			c.add(p+".name", "%q is used by another stream", w.Name)
+		}
+		streams[w.Name] = true
+		c.rate(p+".rate", w.Rate, sp.Duration.D())
+		if w.SessionLength == nil {
+			c.add(p+".sessionLength", "must be set")
+		} else {
+			c.dist(p+".sessionLength", w.SessionLength)
+		}
+		switch {
+		case w.Cluster != "" && w.MultiCluster != nil:
+			c.add(p, "set cluster or multiCluster, not both")
+		case w.Cluster == "" && w.MultiCluster == nil:
+			c.add(p, "set cluster (send to one cluster) or multiCluster (route by policy)")
+		case w.Cluster != "" && !clusters[w.Cluster]:
+			c.add(p+".cluster", "%q is not a cluster of spec.clusters", w.Cluster)
+		case w.MultiCluster != nil && len(sp.Policies) == 0:
+			c.add(p+".multiCluster", "needs spec.policies")
+		}
+		if s := w.Request.Scheduling; s != "Packed" && s != "Distributed" {
+			c.add(p+".request.scheduling", "must be Packed or Distributed, not %q", s)
+		}
+	}
+
+	for i, f := range sp.Faults {
+		p := fmt.Sprintf("spec.faults[%d]", i)
+		if f.Type != "outage" {
+			c.add(p+".type", "must be outage, not %q", f.Type)
+		}
+		if !clusters[f.Cluster] {
+			c.add(p+".cluster", "%q is not a cluster of spec.clusters", f.Cluster)
+		}
+		if f.Start < 0 {
+			c.add(p+".start", "must not be negative")
+		}
+		if f.End <= f.Start {
+			c.add(p+".end", "must be after start")
+		}
+	}
+	phases := map[string]bool{}
+	for i, ph := range sp.Phases {
+		p := fmt.Sprintf("spec.phases[%d]", i)
+		c.name(p+".name", ph.Name)
+		if phases[ph.Name] {
+			c.add(p+".name", "%q is used by another phase", ph.Name)
+		}
+		phases[ph.Name] = true
+		if ph.Start < 0 {
+			c.add(p+".start", "must not be negative")
+		}
+		if ph.End <= ph.Start {
+			c.add(p+".end", "must be after start")
+		}
+	}
+	for i, e := range sp.Expectations {
+		p := fmt.Sprintf("spec.expectations[%d]", i)
+		if e.Min == nil && e.Max == nil {
+			c.add(p, "set min, max or both")
+		}
+		if e.Min != nil && e.Max != nil && *e.Min > *e.Max {
+			c.add(p, "min %v is above max %v", *e.Min, *e.Max)
+		}
+		for _, b := range []*float64{e.Min, e.Max} {
+			if b != nil && !finite(*b) {
+				c.add(p, "bounds must be finite numbers")
+			}
+		}
+		if e.Metric == "" {
+			c.add(p+".metric", "must be set")
+		} else if err := checkMetric(s, e.Metric); err != nil {
+			c.add(p+".metric", "%v", err)
+		}
+	}
+	if len(c.errs) == 0 {
+		return nil
+	}
+	return &ValidationError{Errors: c.errs}
+}
+
+func (c *checker) dist(path string, d *Dist) {
+	if d == nil {
+		c.add(path, "must be set")
+		return
+	}
+	n := 0
+	bad := func(field, reason string) { c.add(path+"."+field, "%s", reason) }
+	if d.Constant != nil {
+		n++
+		if *d.Constant < 0 {
+			bad("constant", "must not be negative")
+		}
+	}
+	if e := d.Exponential; e != nil {
+		n++
+		if e.Mean <= 0 {
+			bad("exponential.mean", "must be positive")
+		}
+	}
+	if l := d.LogNormal; l != nil {
+		n++
+		if l.Median <= 0 {
+			bad("lognormal.median", "must be positive")
+		}
+		if l.P99 < l.Median {
+			bad("lognormal.p99", "must be at least the median")
+		}
+	}
+	if u := d.Uniform; u != nil {
+		n++
+		if u.Min < 0 {
+			bad("uniform.min", "must not be negative")
+		}
+		if u.Max < u.Min {
+			bad("uniform.max", "must be at least min")
+		}
+	}
+	if m := d.Normal; m != nil {
+		n++
+		if m.Mean < 0 {
+			bad("normal.mean", "must not be negative")
+		}
+		if m.Stddev < 0 {
+			bad("normal.stddev", "must not be negative")
+		}
+	}
+	if n != 1 {
+		c.add(path, "set exactly one of constant, exponential, lognormal, uniform, normal")
+	}
+}
+
+func (c *checker) rate(path string, r Rate, dur time.Duration) {
+	n := 0
+	if r.Constant != nil {
+		n++
+		if !finite(*r.Constant) || *r.Constant < 0 || *r.Constant > 1e6 {
+			c.add(path+".constant", "must be 0 to 1e6 requests per second")
+		}
+	}
+	if len(r.Steps) > 0 {
+		n++
+		for i, s := range r.Steps {
+			p := fmt.Sprintf("%s.steps[%d]", path, i)
+			if !finite(s.Rate) || s.Rate < 0 || s.Rate > 1e6 {
+				c.add(p+".rate", "must be 0 to 1e6 requests per second")
+			}
+			if s.At < 0 {
+				c.add(p+".at", "must not be negative")
+			}
+			if i > 0 && s.At <= r.Steps[i-1].At {
+				c.add(p+".at", "must be after the previous step's")
+			}
+		}
+	}
+	if d := r.Diurnal; d != nil {
+		n++
+		if !finite(d.Mean) || d.Mean < 0 || d.Mean > 1e6 {
+			c.add(path+".diurnal.mean", "must be 0 to 1e6 requests per second")
+		}
+		if !finite(d.Amplitude) || d.Amplitude < 0 || d.Amplitude > d.Mean {
+			c.add(path+".diurnal.amplitude", "must be between 0 and mean (the rate cannot go negative)")
+		}
+		if d.Period < Duration(time.Minute) {
+			c.add(path+".diurnal.period", "must be at least 1m")
+		} else if dur/d.Period.D() > 1000 {
+			c.add(path+".diurnal.period", "is too short for the run's duration (over 1000 periods)")
+		}
+	}
+	if n != 1 {
+		c.add(path, "set exactly one of constant, steps, diurnal")
+	}
+	for i, s := range r.Spikes {
+		p := fmt.Sprintf("%s.spikes[%d]", path, i)
+		if s.Start < 0 {
+			c.add(p+".start", "must not be negative")
+		}
+		if s.Duration <= 0 {
+			c.add(p+".duration", "must be positive")
+		}
+		if !finite(s.Factor) || s.Factor < 0 || s.Factor > 1e4 {
+			c.add(p+".factor", "must be 0 to 1e4 (0 means 1)")
+		}
+		if !finite(s.Add) || s.Add < 0 || s.Add > 1e6 {
+			c.add(p+".add", "must be 0 to 1e6 requests per second")
+		}
+	}
+}
+
+// Names returns the names of a map's keys, sorted, for messages.
+func names[V any](m map[string]V) string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, strconv.Quote(k))
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}

@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// Epoch is virtual time zero. It is fixed so that everything a run stamps
+// (agones.dev/last-allocated, for one) is the same on every run.
+var Epoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// Config is everything a run needs. The scenarios package builds it from a
+// scenario file (with defaults applied and validated); tests build it
+// directly.
+type Config struct {
+	Name     string
+	Seed     uint64
+	Duration time.Duration
+	// SampleInterval is the time-series resolution (default: Duration/240,
+	// at least one second).
+	SampleInterval time.Duration
+
+	Clusters []ClusterConfig
+	// Policies route multi-cluster requests; Connection.ClusterName names a
+	// cluster of Clusters.
+	Policies []core.Policy
+	Streams  []StreamConfig
+	Outages  []Outage
+	Phases   []Phase
+
+	// ForwardTimeout is what a try against a cluster that is down costs.
+	ForwardTimeout time.Duration
+	// Deadline bounds a request: once passed, no further cluster is tried
+	// and the request ends as DeadlineExceeded.
+	Deadline time.Duration
+
+	// Progress, when set, is called every ProgressEvery events (default
+	// 1<<20) with the virtual time reached; it must not touch the run.
+	Progress      func(now time.Duration, events uint64)
+	ProgressEvery uint64
+}
+
+// ClusterConfig is one cluster: its nodes, API server, allocator replicas
+// and fleets.
+type ClusterConfig struct {
+	Name     string
+	Provider string
+	Region   string
+	// CostPerNodeHour is charged for every node that hosts a game server.
+	CostPerNodeHour float64
+	// RTT is the round trip between the matchmaker's router and this
+	// cluster's allocator.
+	RTT          Dist
+	Nodes        int
+	SlotsPerNode int
+
+	// WriteLatency is how long an API-server update takes to be confirmed.
+	WriteLatency Dist
+	// Replicas is the number of allocator replicas; each has its own cache.
+	Replicas int
+	// InformerDelay is how long a change takes to reach a replica's cache,
+	// drawn per change and per replica (deliveries stay in order).
+	InformerDelay Dist
+	// Workers bounds the requests a replica works on at once (0: no bound);
+	// the rest wait in a FIFO queue.
+	Workers int
+	// DecisionTime is the replica's own time per allocation attempt.
+	DecisionTime Dist
+	// MaxRetries is how many conflicts a request may meet in this cluster
+	// before it ends as Contention.
+	MaxRetries int
+
+	Fleets []FleetConfig
+}
+
+// Placement is how new game servers are placed on nodes (and which ones go
+// first when a fleet shrinks).
+type Placement string
+
+// Placements, as Agones' fleet scheduling names them.
+const (
+	PlacePacked      Placement = "Packed"
+	PlaceDistributed Placement = "Distributed"
+)
+
+// SessionEnd is what a game server does when its session ends.
+type SessionEnd string
+
+const (
+	// EndShutdown deletes the server (the fleet creates a replacement that
+	// is Ready after the start-up delay): the Agones default.
+	EndShutdown SessionEnd = "Shutdown"
+	// EndReady returns the server to Ready at once (SDK.Ready() again).
+	EndReady SessionEnd = "Ready"
+)
+
+// FleetConfig is one fleet.
+type FleetConfig struct {
+	Name   string
+	Labels map[string]string
+	// Replicas is the fleet's size at the start (all Ready) and, without a
+	// buffer autoscaler, its fixed size.
+	Replicas     int
+	Placement    Placement
+	StartupDelay Dist
+	SessionEnd   SessionEnd
+	// Buffer, when set, is a buffer autoscaler: every SyncInterval the
+	// fleet's size becomes Allocated+Size, within [Min, Max].
+	Buffer *Buffer
+}
+
+// Buffer is a FleetAutoscaler buffer policy.
+type Buffer struct {
+	Size, Min, Max int
+	SyncInterval   time.Duration
+}
+
+// StreamConfig is one source of allocation requests.
+type StreamConfig struct {
+	Name string
+	Rate RateSpec
+	// Session is how long an allocated server stays Allocated.
+	Session Dist
+	// Request is the allocation request sent (Normalize is applied by the
+	// run). Its MultiCluster setting decides the routing: enabled routes by
+	// policy, otherwise the request goes to Cluster.
+	Request core.Request
+	Cluster string
+}
+
+// Outage makes a cluster's allocator unreachable in [Start, End).
+type Outage struct {
+	Cluster    string
+	Start, End time.Duration
+}
+
+// Phase is a named window for which the results report allocations and
+// shares separately.
+type Phase struct {
+	Name       string
+	Start, End time.Duration
+}
+
+// maxClusters bounds the clusters of one run (a request's try order is a
+// fixed-size array).
+const maxClusters = 64
+
+// maxReplicas bounds the allocator replicas of one cluster.
+const maxReplicas = 64
+
+// check rejects a Config the engine cannot run. The scenarios package
+// validates files far more thoroughly; this guards direct callers.
+func (c *Config) check() error {
+	if c.Duration <= 0 {
+		return errors.New("duration must be positive")
+	}
+	if len(c.Clusters) == 0 || len(c.Clusters) > maxClusters {
+		return fmt.Errorf("need 1 to %d clusters", maxClusters)
+	}
+	names := map[string]bool{}
+	for i, cl := range c.Clusters {
+		if cl.Name == "" || names[cl.Name] {
+			return fmt.Errorf("clusters[%d]: name empty or repeated", i)
+		}
+		names[cl.Name] = true
+		if cl.Nodes <= 0 || cl.SlotsPerNode <= 0 {
+			return fmt.Errorf("clusters[%d]: nodes and slots per node must be positive", i)
+		}
+		if cl.Replicas <= 0 || cl.Replicas > maxReplicas {
+			return fmt.Errorf("clusters[%d]: replicas must be 1 to %d", i, maxReplicas)
+		}
+		if cl.Workers < 0 || cl.MaxRetries < 0 {
+			return fmt.Errorf("clusters[%d]: workers and maxRetries must not be negative", i)
+		}
+		for _, d := range []Dist{cl.RTT, cl.WriteLatency, cl.InformerDelay, cl.DecisionTime} {
+			if err := d.Validate(); err != nil {
+				return fmt.Errorf("clusters[%d]: %v", i, err)
+			}
+		}
+		for j, f := range cl.Fleets {
+			if f.Name == "" || f.Replicas < 0 {
+				return fmt.Errorf("clusters[%d].fleets[%d]: needs a name and replicas >= 0", i, j)
+			}
+			if err := f.StartupDelay.Validate(); err != nil {
+				return fmt.Errorf("clusters[%d].fleets[%d]: %v", i, j, err)
+			}
+			if b := f.Buffer; b != nil && (b.SyncInterval <= 0 || b.Min < 0 || b.Max < b.Min || b.Size < 0) {
+				return fmt.Errorf("clusters[%d].fleets[%d]: buffer needs syncInterval > 0 and 0 <= min <= max", i, j)
+			}
+		}
+	}
+	for i, p := range c.Policies {
+		if !names[p.Connection.ClusterName] {
+			return fmt.Errorf("policies[%d]: unknown cluster %q", i, p.Connection.ClusterName)
+		}
+	}
+	for i, s := range c.Streams {
+		if !s.Request.MultiCluster.Enabled && !names[s.Cluster] {
+			return fmt.Errorf("streams[%d]: unknown cluster %q", i, s.Cluster)
+		}
+		if err := s.Session.Validate(); err != nil {
+			return fmt.Errorf("streams[%d]: %v", i, err)
+		}
+	}
+	for i, o := range c.Outages {
+		if !names[o.Cluster] {
+			return fmt.Errorf("outages[%d]: unknown cluster %q", i, o.Cluster)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,27 @@
+// Package sim is Quartermaster's discrete-event simulator: it runs the
+// production allocation core (package core) unchanged under a virtual clock,
+// against models of clusters, nodes, fleets, matchmaker load, API-server
+// latency and stale allocator caches, and measures what operators care
+// about: allocation latency, outcomes, packing, node-hours and cost.
+//
+// # Why it is built this way
+//
+// One goroutine pops events from a heap ordered by virtual time, ties broken
+// by insertion order, so a run is a pure function of its Config: the same
+// scenario and seed give byte-identical results. Nothing reads the wall
+// clock; every random stream is seeded from the scenario seed and the name of
+// what it drives, so adding a cluster does not reshuffle another cluster's
+// draws.
+//
+// The simulated API server holds the truth (every object with a revision
+// that grows cluster-wide, like etcd's). Each allocator replica has its own
+// core.Index as its informer cache, fed with the truth's changes after a
+// propagation delay. A replica allocates from its cache, holds the server
+// and writes it with the cached version as precondition; a write that finds
+// a newer version is a conflict: the replica upserts the fresh state, aborts
+// the hold and tries again, exactly as the live Kubernetes backend does.
+//
+// Multi-cluster requests are routed with core.SelectPolicies and
+// core.OrderClusters, each forward costing the target cluster's round trip,
+// and a cluster that is down costing the forwarding timeout.
+package sim
