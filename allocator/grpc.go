@@ -1,0 +1,69 @@
+package allocator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+)
+
+// grpcAllocation is allocation.AllocationService, exactly Agones' API.
+type grpcAllocation struct {
+	allocation.UnimplementedAllocationServiceServer
+	svc *Service
+	tls *mtls.Server
+}
+
+func (g *grpcAllocation) Allocate(ctx context.Context, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
+	id, err := identify(g.tls, ctx)
+	if err != nil {
+		return nil, err
+	}
+	return g.svc.Allocate(ctx, id, in)
+}
+
+// grpcAdmin is Quartermaster's own quartermaster.v1.AllocationAdmin.
+type grpcAdmin struct {
+	qmv1.UnimplementedAllocationAdminServer
+	svc *Service
+	tls *mtls.Server
+}
+
+func (g *grpcAdmin) List(ctx context.Context, in *qmv1.ListRequest) (*qmv1.ListResponse, error) {
+	id, err := identify(g.tls, ctx)
+	if err != nil {
+		return nil, err
+	}
+	return g.svc.List(ctx, id, in)
+}
+
+func (g *grpcAdmin) Release(ctx context.Context, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	id, err := identify(g.tls, ctx)
+	if err != nil {
+		return nil, err
+	}
+	return g.svc.Release(ctx, id, in)
+}
+
+// recoverUnary turns a panic in a handler into Internal for that call
+// instead of a crashed allocator. No input should cause one; this is the
+// backstop if one does.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

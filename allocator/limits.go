@@ -1,0 +1,287 @@
+package allocator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// LimitsAPIVersion and LimitsKind identify a limits file.
+const (
+	LimitsAPIVersion = "quartermaster.dev/v1alpha1"
+	LimitsKind       = "AllocatorLimits"
+)
+
+// LimitsConfig is the limits file: who may allocate, where, how much and
+// how fast. Identities are the callers' certificate identities (URI SAN,
+// else CN).
+//
+//	apiVersion: quartermaster.dev/v1alpha1
+//	kind: AllocatorLimits
+//	default:                    # identities not listed; omit to refuse them
+//	  namespaces: [default]
+//	  maxAllocations: 1         # seed 004's "one instance per user"
+//	  requestsPerSecond: 5
+//	identities:
+//	  matchmaker:
+//	    namespaces: ["*"]
+//	    requestsPerSecond: 2000
+//	    burst: 4000
+//	  ops:
+//	    admin: true
+type LimitsConfig struct {
+	APIVersion string                    `json:"apiVersion"`
+	Kind       string                    `json:"kind"`
+	Default    *IdentityLimits           `json:"default,omitempty"`
+	Identities map[string]IdentityLimits `json:"identities,omitempty"`
+}
+
+// IdentityLimits are one identity's rights. Zero values mean "no limit".
+type IdentityLimits struct {
+	// Namespaces it may allocate in; "*" (or an empty list) for any.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// MaxAllocations is how many allocations it may hold at once; 0 for
+	// no limit.
+	MaxAllocations int `json:"maxAllocations,omitempty"`
+	// RequestsPerSecond is its sustained allocation request rate; 0 for
+	// no limit. Burst is how many it may send at once (RequestsPerSecond,
+	// at least 1, when 0).
+	RequestsPerSecond float64 `json:"requestsPerSecond,omitempty"`
+	Burst             int     `json:"burst,omitempty"`
+	// Admin may list and release every identity's allocations.
+	Admin bool `json:"admin,omitempty"`
+}
+
+// LoadLimits reads and validates a limits file.
+func LoadLimits(path string) (*LimitsConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseLimits(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseLimits decodes a limits file strictly (a misspelt key is an error,
+// not a silently missing limit) and validates it.
+func ParseLimits(data []byte) (*LimitsConfig, error) {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	var c LimitsConfig
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decoding limits: %w", err)
+	}
+	var errs []string
+	if c.APIVersion != LimitsAPIVersion {
+		errs = append(errs, fmt.Sprintf("apiVersion: is %q, want %q", c.APIVersion, LimitsAPIVersion))
+	}
+	if c.Kind != LimitsKind {
+		errs = append(errs, fmt.Sprintf("kind: is %q, want %q", c.Kind, LimitsKind))
+	}
+	check := func(field string, l IdentityLimits) {
+		if l.MaxAllocations < 0 {
+			errs = append(errs, field+".maxAllocations: must not be negative")
+		}
+		if l.RequestsPerSecond < 0 {
+			errs = append(errs, field+".requestsPerSecond: must not be negative")
+		}
+		if l.Burst < 0 {
+			errs = append(errs, field+".burst: must not be negative")
+		}
+		for i, ns := range l.Namespaces {
+			if ns == "*" {
+				continue
+			}
+			if _, err := core.Normalize(&core.Request{Namespace: ns}); err != nil || ns == "" {
+				errs = append(errs, fmt.Sprintf("%s.namespaces[%d]: %q is not a namespace name or \"*\"", field, i, ns))
+			}
+		}
+	}
+	if c.Default != nil {
+		check("default", *c.Default)
+	}
+	ids := make([]string, 0, len(c.Identities))
+	for id := range c.Identities {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if id == "" {
+			errs = append(errs, "identities: an identity name is empty")
+		}
+		check(fmt.Sprintf("identities[%q]", id), c.Identities[id])
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("invalid limits: %s", strings.Join(errs, "; "))
+	}
+	return &c, nil
+}
+
+// limiter enforces a LimitsConfig. A nil *limiter allows everything and
+// makes nobody an admin: the behaviour without a limits file.
+type limiter struct {
+	cfg *LimitsConfig
+	mu  sync.Mutex
+	ids map[string]*holder
+}
+
+// holder is one identity's live state.
+type holder struct {
+	limits IdentityLimits
+	anyNS  bool
+	ns     map[string]bool
+	rate   *rate.Limiter // nil: no rate limit
+
+	mu      sync.Mutex
+	pending int                 // allocations under way
+	held    map[core.Key]string // allocations made: key → last-allocated stamp
+}
+
+func newLimiter(cfg *LimitsConfig) *limiter {
+	if cfg == nil {
+		return nil
+	}
+	return &limiter{cfg: cfg, ids: map[string]*holder{}}
+}
+
+// maxTrackedIdentities bounds the holders made from the default limits, so
+// many distinct certificates cannot grow memory without end.
+const maxTrackedIdentities = 100000
+
+// holderFor returns identity's state, or nil when the identity may not
+// allocate at all.
+func (l *limiter) holderFor(identity string) *holder {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if h := l.ids[identity]; h != nil {
+		return h
+	}
+	lim, ok := l.cfg.Identities[identity]
+	if !ok {
+		if l.cfg.Default == nil || len(l.ids) >= maxTrackedIdentities {
+			return nil
+		}
+		lim = *l.cfg.Default
+	}
+	h := &holder{limits: lim, held: map[core.Key]string{}}
+	h.anyNS = len(lim.Namespaces) == 0
+	h.ns = map[string]bool{}
+	for _, ns := range lim.Namespaces {
+		if ns == "*" {
+			h.anyNS = true
+		}
+		h.ns[ns] = true
+	}
+	if lim.RequestsPerSecond > 0 {
+		burst := lim.Burst
+		if burst == 0 {
+			burst = max(int(lim.RequestsPerSecond), 1)
+		}
+		h.rate = rate.NewLimiter(rate.Limit(lim.RequestsPerSecond), burst)
+	}
+	l.ids[identity] = h
+	return h
+}
+
+// isAdmin reports whether identity may see and release everyone's
+// allocations.
+func (l *limiter) isAdmin(identity string) bool {
+	if l == nil {
+		return false
+	}
+	if lim, ok := l.cfg.Identities[identity]; ok {
+		return lim.Admin
+	}
+	return l.cfg.Default != nil && l.cfg.Default.Admin
+}
+
+// limitError is a refusal by the limits: the code to answer with and why.
+type limitError struct {
+	permission bool // PermissionDenied; otherwise ResourceExhausted
+	reason     string
+	msg        string
+}
+
+func (e *limitError) Error() string { return e.msg }
+
+// admit checks identity's rights for one allocation in namespace and, when
+// it passes, reserves a place among its allocations. The returned holder
+// (nil when nothing is tracked) must be given to done.
+func (l *limiter) admit(identity, namespace string, now time.Time, b Backend) (*holder, error) {
+	if l == nil {
+		return nil, nil
+	}
+	h := l.holderFor(identity)
+	if h == nil {
+		return nil, &limitError{permission: true, reason: "unknown_identity",
+			msg: fmt.Sprintf("identity %q may not allocate: it is not listed in the allocator's limits and there is no default", identity)}
+	}
+	if !h.anyNS && !h.ns[namespace] {
+		return nil, &limitError{permission: true, reason: "namespace",
+			msg: fmt.Sprintf("identity %q may not allocate in namespace %q (allowed: %s)", identity, namespace, strings.Join(h.limits.Namespaces, ", "))}
+	}
+	if h.rate != nil && !h.rate.AllowN(now, 1) {
+		return nil, &limitError{reason: "rate",
+			msg: fmt.Sprintf("identity %q is over its request rate of %g/s (burst %d); retry later", identity, h.limits.RequestsPerSecond, h.rate.Burst())}
+	}
+	max := h.limits.MaxAllocations
+	if max == 0 {
+		return nil, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.held)+h.pending >= max {
+		h.prune(identity, b)
+	}
+	if n := len(h.held) + h.pending; n >= max {
+		return nil, &limitError{reason: "max_allocations",
+			msg: fmt.Sprintf("identity %q already holds %d of its %d allowed allocations; release one first", identity, n, max)}
+	}
+	h.pending++
+	return h, nil
+}
+
+// done ends a reservation from admit, recording the allocation if one was
+// made.
+func (h *holder) done(gs *core.GameServer) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.pending--
+	if gs != nil {
+		h.held[gs.Key()] = gs.Annotations[core.LastAllocatedAnnotation]
+	}
+	h.mu.Unlock()
+}
+
+// prune forgets allocations that have ended: the server is gone, no longer
+// Allocated, or allocated again since (to this identity or another). The
+// backend's state is the truth; the table is only an index into it.
+func (h *holder) prune(identity string, b Backend) {
+	for k, stamp := range h.held {
+		gs, ok := b.Get(k)
+		if !ok || gs.State != core.StateAllocated ||
+			gs.Annotations[core.LastAllocatedAnnotation] != stamp ||
+			gs.Annotations[OwnerAnnotation] != identity {
+			delete(h.held, k)
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package allocator
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the service's Prometheus metrics. They live on whatever
+// registry Register is given, never the global one, so tests (and several
+// servers in one process) each see their own values.
+type Metrics struct {
+	Latency     *prometheus.HistogramVec // namespace, fleet
+	Outcomes    *prometheus.CounterVec   // namespace, fleet, code
+	Retries     *prometheus.CounterVec   // namespace, fleet
+	InFlight    prometheus.Gauge
+	Rejections  *prometheus.CounterVec // reason
+	AdminCalls  *prometheus.CounterVec // method, code
+	nsLabels    boundedLabels
+	fleetLabels boundedLabels
+}
+
+// LatencyBuckets start at 50 µs: an allocation on the memory backend takes
+// tens of microseconds of server time, and Agones-style buckets starting at
+// milliseconds would put every request in the first one.
+var LatencyBuckets = []float64{
+	50e-6, 100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+	1, 2.5, 5, 10, 30,
+}
+
+// NewMetrics builds the metrics; Register puts them on a registry.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_duration_seconds",
+			Help:    "Time to answer an allocation request, from decoding to response, by namespace and fleet (fleet is empty when nothing was allocated).",
+			Buckets: LatencyBuckets,
+		}, []string{"namespace", "fleet"}),
+		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocations_total",
+			Help: "Allocation requests answered, by namespace, fleet and gRPC status code (OK, ResourceExhausted, ...).",
+		}, []string{"namespace", "fleet", "code"}),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_retries_total",
+			Help: "Allocation commits that lost a race and were retried, by namespace and fleet.",
+		}, []string{"namespace", "fleet"}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocations_in_flight",
+			Help: "Allocation requests being handled now.",
+		}),
+		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "limit_rejections_total",
+			Help: "Allocation requests refused by the identity limits, by reason (unknown_identity, namespace, rate, max_allocations).",
+		}, []string{"reason"}),
+		AdminCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "admin_requests_total",
+			Help: "List and Release requests, by method and gRPC status code.",
+		}, []string{"method", "code"}),
+		nsLabels:    boundedLabels{max: maxLabelValues},
+		fleetLabels: boundedLabels{max: maxLabelValues},
+	}
+}
+
+// Register adds every metric to r.
+func (m *Metrics) Register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.Latency, m.Outcomes, m.Retries, m.InFlight, m.Rejections, m.AdminCalls} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxLabelValues bounds the namespaces and fleets that get series of their
+// own. Namespaces come from callers, so without a bound a caller could
+// create series without end; past it, values are counted as "_other".
+const maxLabelValues = 200
+
+// OtherLabel stands for label values past the bound.
+const OtherLabel = "_other"
+
+type boundedLabels struct {
+	max  int
+	seen sync.Map // string → struct{}
+	mu   sync.Mutex
+	n    int
+}
+
+func (b *boundedLabels) get(v string) string {
+	if _, ok := b.seen.Load(v); ok {
+		return v
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.seen.Load(v); ok {
+		return v
+	}
+	if b.n >= b.max {
+		return OtherLabel
+	}
+	b.n++
+	b.seen.Store(v, struct{}{})
+	return v
+}

@@ -1,0 +1,300 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+)
+
+// Defaults for ServerOptions.
+const (
+	DefaultMaxConcurrentStreams = 1024
+	DefaultShutdownTimeout      = 25 * time.Second
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	Service *Service
+	TLS     *mtls.Server
+	// Addr serves gRPC, and REST too unless RESTAddr is set.
+	Addr string
+	// RESTAddr, when set, serves REST on a port of its own.
+	RESTAddr string
+	// HTTPAddr serves /live, /ready and /metrics in plain HTTP; none when
+	// empty.
+	HTTPAddr string
+	// Gatherer for /metrics; nothing is served there when nil.
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+	// MaxRequestBytes bounds a request message or body.
+	MaxRequestBytes int
+	// MaxConcurrentStreams bounds the requests in flight on one connection.
+	MaxConcurrentStreams uint32
+	// DrainDelay is how long Shutdown keeps serving after readiness turns
+	// false, so load balancers stop sending before connections close.
+	DrainDelay time.Duration
+}
+
+// Server runs the service's listeners: gRPC and REST (one shared port or
+// two) with TLS, and the plain-HTTP health and metrics port.
+type Server struct {
+	opts  ServerOptions
+	log   *slog.Logger
+	grpc  *grpc.Server
+	rest  *http.Server
+	ops   *http.Server
+	hs    *health.Server
+	split *splitter
+
+	ln, restLn, opsLn net.Listener
+	ready             atomic.Bool
+	errs              chan error
+	shutdownOnce      sync.Once
+}
+
+// NewServer builds a Server; Listen binds it, Serve runs it.
+func NewServer(o ServerOptions) (*Server, error) {
+	if o.Service == nil || o.TLS == nil {
+		return nil, errors.New("allocator: a server needs a service and a TLS configuration")
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	s := &Server{opts: o, log: o.Logger, errs: make(chan error, 4)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	creds := o.TLS.GRPCCredentials()
+	if o.RESTAddr == "" && o.TLS.Mode() != mtls.ModeInsecureDisableTLS {
+		// The splitter does the handshake on the shared port.
+		creds = mtls.HandshakenCredentials()
+	}
+	s.grpc = newGRPCServer(creds, o, s.log)
+	allocation.RegisterAllocationServiceServer(s.grpc, &grpcAllocation{svc: o.Service, tls: o.TLS})
+	qmv1.RegisterAllocationAdminServer(s.grpc, &grpcAdmin{svc: o.Service, tls: o.TLS})
+	s.hs = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.hs)
+	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.hs.SetServingStatus(allocation.AllocationService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	rh := &restHandler{svc: o.Service, tls: o.TLS, maxBytes: int64(o.MaxRequestBytes), log: s.log}
+	s.rest = &http.Server{
+		Handler:           rh,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(o.MaxConcurrentStreams)},
+	}
+	if o.RESTAddr == "" {
+		// Connections reach it from the splitter with TLS already done;
+		// HTTP/2 on them is "unencrypted" as far as net/http knows.
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		s.rest.Protocols = &p
+		s.rest.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+			if rc, ok := c.(*restConn); ok && rc.state != nil {
+				return withConnTLS(ctx, *rc.state)
+			}
+			return ctx
+		}
+	} else {
+		s.rest.TLSConfig = o.TLS.TLSConfig()
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/live", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if !s.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready")
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	if o.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	}
+	s.ops = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log *slog.Logger) *grpc.Server {
+	return grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
+		grpc.ChainUnaryInterceptor(recoverUnary(log)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Larger buffers than grpc-go's defaults cost little here and
+		// save syscalls under load.
+		grpc.SharedWriteBuffer(true),
+	)
+}
+
+// Listen binds the addresses. Use ":0" ports to let the system choose, then
+// read them from Addrs.
+func (s *Server) Listen() error {
+	var err error
+	if s.ln, err = net.Listen("tcp", s.opts.Addr); err != nil {
+		return fmt.Errorf("listen on %s: %w", s.opts.Addr, err)
+	}
+	if s.opts.RESTAddr != "" {
+		if s.restLn, err = net.Listen("tcp", s.opts.RESTAddr); err != nil {
+			s.ln.Close()
+			return fmt.Errorf("listen on %s: %w", s.opts.RESTAddr, err)
+		}
+	}
+	if s.opts.HTTPAddr != "" {
+		if s.opsLn, err = net.Listen("tcp", s.opts.HTTPAddr); err != nil {
+			s.ln.Close()
+			if s.restLn != nil {
+				s.restLn.Close()
+			}
+			return fmt.Errorf("listen on %s: %w", s.opts.HTTPAddr, err)
+		}
+	}
+	return nil
+}
+
+// Addrs are the bound addresses: gRPC, REST (the same as gRPC on a shared
+// port) and the health port ("" when not served).
+func (s *Server) Addrs() (grpcAddr, restAddr, httpAddr string) {
+	grpcAddr, restAddr = s.ln.Addr().String(), s.ln.Addr().String()
+	if s.restLn != nil {
+		restAddr = s.restLn.Addr().String()
+	}
+	if s.opsLn != nil {
+		httpAddr = s.opsLn.Addr().String()
+	}
+	return
+}
+
+// Ready reports whether the server takes requests: started, not shutting
+// down, and its backend in sync.
+func (s *Server) Ready() bool { return s.ready.Load() && s.opts.Service.Backend().Ready() }
+
+// Start serves on the bound listeners in the background and marks the
+// server ready.
+func (s *Server) Start() {
+	if s.opsLn != nil {
+		go s.run("health", func() error { return s.ops.Serve(s.opsLn) })
+	}
+	switch {
+	case s.restLn != nil:
+		go s.run("grpc", func() error { return s.grpc.Serve(s.ln) })
+		go s.run("rest", func() error {
+			if s.rest.TLSConfig == nil {
+				return s.rest.Serve(s.restLn)
+			}
+			return s.rest.ServeTLS(s.restLn, "", "")
+		})
+	case s.opts.TLS.Mode() == mtls.ModeInsecureDisableTLS:
+		s.split = newSplitter(s.ln, nil, s.log)
+	default:
+		s.split = newSplitter(s.ln, s.opts.TLS.TLSConfig(), s.log)
+	}
+	if s.split != nil {
+		go s.split.serve()
+		go s.run("grpc", func() error { return s.grpc.Serve(s.split.grpc) })
+		go s.run("rest", func() error { return s.rest.Serve(s.split.rest) })
+	}
+	s.ready.Store(true)
+	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.hs.SetServingStatus(allocation.AllocationService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+}
+
+func (s *Server) run(name string, serve func() error) {
+	err := serve()
+	if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+		s.log.Error("listener failed", "listener", name, "err", err)
+		select {
+		case s.errs <- fmt.Errorf("%s: %w", name, err):
+		default:
+		}
+	}
+}
+
+// Errors delivers a listener's failure, for the caller to shut down on.
+func (s *Server) Errors() <-chan error { return s.errs }
+
+// Shutdown stops gracefully: readiness goes false, new connections are
+// refused after DrainDelay, requests in flight finish, then it returns. When
+// ctx ends first, what is left is cut off.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutdownOnce.Do(func() { err = s.shutdown(ctx) })
+	return err
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	s.hs.Shutdown() // every service NOT_SERVING
+	if d := s.opts.DrainDelay; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	if s.split != nil {
+		// Routing ends before the servers stop, so no connection is
+		// handed to a server that has stopped accepting.
+		s.split.close()
+	}
+	var wg sync.WaitGroup
+	var restErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		done := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpc.Stop()
+			<-done
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if restErr = s.rest.Shutdown(ctx); restErr != nil {
+			s.rest.Close()
+		}
+	}()
+	wg.Wait()
+	if s.ln != nil && s.split == nil {
+		s.ln.Close()
+	}
+	// The health port goes last: /ready answers "not ready" until the end.
+	opsErr := s.ops.Shutdown(ctx)
+	if opsErr != nil {
+		s.ops.Close()
+	}
+	return errors.Join(restErr, opsErr)
+}

@@ -1,0 +1,413 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// OwnerAnnotation records on an allocated game server which identity holds
+// it. Ownership lives on the server itself, so every replica of the
+// allocator, and a restarted one, agrees on it. The service sets it after
+// the caller's own metadata, so a caller cannot claim to be someone else.
+const OwnerAnnotation = "quartermaster.dev/owner"
+
+// Defaults for Options.
+const (
+	DefaultTimeout         = 30 * time.Second
+	DefaultMaxRequestBytes = 256 << 10
+	DefaultMaxRetries      = 5
+)
+
+// Options configure a Service.
+type Options struct {
+	Backend Backend
+	// Limits, nil for none: everyone may allocate anywhere, without
+	// limits, and nobody is an admin.
+	Limits *LimitsConfig
+	Logger *slog.Logger
+	// Metrics to record into; a fresh unregistered set when nil.
+	Metrics *Metrics
+	// Now is the clock that stamps allocations; time.Now when nil.
+	Now func() time.Time
+	// Seed starts the per-request seeds (see Service.seed).
+	Seed uint64
+	// UnallocatedCode answers "nothing matches" (Agones' UnAllocated);
+	// ResourceExhausted when zero, as Agones does by default.
+	UnallocatedCode codes.Code
+	// Timeout bounds a request whose caller set no deadline.
+	Timeout time.Duration
+}
+
+// Service is the allocator's request handling, shared by the gRPC and REST
+// front ends so that both answer the same request the same way.
+type Service struct {
+	backend     Backend
+	limits      *limiter
+	log         *slog.Logger
+	metrics     *Metrics
+	now         func() time.Time
+	seedBase    uint64
+	seq         atomic.Uint64
+	unallocated codes.Code
+	timeout     time.Duration
+}
+
+// NewService builds a Service.
+func NewService(o Options) (*Service, error) {
+	if o.Backend == nil {
+		return nil, errors.New("allocator: no backend")
+	}
+	s := &Service{
+		backend:     o.Backend,
+		limits:      newLimiter(o.Limits),
+		log:         o.Logger,
+		metrics:     o.Metrics,
+		now:         o.Now,
+		seedBase:    o.Seed,
+		unallocated: o.UnallocatedCode,
+		timeout:     o.Timeout,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.unallocated == codes.OK {
+		s.unallocated = codes.ResourceExhausted
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultTimeout
+	}
+	return s, nil
+}
+
+// Metrics returns the metrics the service records into.
+func (s *Service) Metrics() *Metrics { return s.metrics }
+
+// Backend returns the service's backend.
+func (s *Service) Backend() Backend { return s.backend }
+
+// seed derives request n's seed from the service's start value (splitmix64
+// of their sum), so that a run's decisions can be replayed from the start
+// value and the order of requests.
+func (s *Service) seed() uint64 {
+	z := s.seedBase + s.seq.Add(1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// Allocate serves one AllocationRequest for identity. Errors are gRPC
+// status errors with the codes of agones-compat.md.
+func (s *Service) Allocate(ctx context.Context, identity string, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
+	start := time.Now()
+	s.metrics.InFlight.Inc()
+	defer s.metrics.InFlight.Dec()
+
+	ns, fleet, resp, retries, err := s.allocate(ctx, identity, in)
+	s.observe(ctx, identity, start, ns, fleet, retries, err)
+	return resp, err
+}
+
+// refuse records a request that failed before it could be decoded (a REST
+// body that is not an AllocationRequest) and returns err.
+func (s *Service) refuse(ctx context.Context, identity string, err error) error {
+	s.observe(ctx, identity, time.Now(), core.DefaultNamespace, "", 0, err)
+	return err
+}
+
+func (s *Service) observe(ctx context.Context, identity string, start time.Time, ns, fleet string, retries int, err error) {
+	m := s.metrics
+	code := codes.OK
+	if err != nil {
+		code = status.Code(err)
+	}
+	nsl, fl := m.nsLabels.get(ns), m.fleetLabels.get(fleet)
+	m.Latency.WithLabelValues(nsl, fl).Observe(time.Since(start).Seconds())
+	m.Outcomes.WithLabelValues(nsl, fl, code.String()).Inc()
+	if retries > 0 {
+		m.Retries.WithLabelValues(nsl, fl).Add(float64(retries))
+	}
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "allocation failed",
+			slog.String("identity", identity),
+			slog.String("namespace", ns),
+			slog.String("code", code.String()),
+			slog.String("reason", status.Convert(err).Message()),
+			slog.Duration("elapsed", time.Since(start)))
+	}
+}
+
+func (s *Service) allocate(ctx context.Context, identity string, in *allocation.AllocationRequest) (ns, fleet string, _ *allocation.AllocationResponse, retries int, _ error) {
+	ns = in.GetNamespace()
+	if ns == "" {
+		ns = core.DefaultNamespace
+	}
+	if err := ctx.Err(); err != nil {
+		return ns, "", nil, 0, contextStatus(err)
+	}
+	req, err := wire.RequestToCore(in)
+	if err != nil {
+		return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if req.MultiCluster.Enabled {
+		// This allocator has no multi-cluster policies (no forwarder is
+		// configured). Agones answers 500 here; the caller's request is
+		// what cannot be served, so say so.
+		return ns, "", nil, 0, status.Errorf(codes.InvalidArgument,
+			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector: this allocator has no multi-cluster policies", ns)
+	}
+
+	h, err := s.limits.admit(identity, ns, s.now(), s.backend)
+	if err != nil {
+		var le *limitError
+		if errors.As(err, &le) {
+			s.metrics.Rejections.WithLabelValues(le.reason).Inc()
+			if le.permission {
+				return ns, "", nil, 0, status.Error(codes.PermissionDenied, le.msg)
+			}
+			return ns, "", nil, 0, status.Error(codes.ResourceExhausted, le.msg)
+		}
+		return ns, "", nil, 0, status.Error(codes.Internal, err.Error())
+	}
+	var got *core.GameServer
+	defer func() { h.done(got) }()
+
+	// Ownership goes on the server itself, after the caller's annotations
+	// so that it cannot be forged. The map is copied: the caller's message
+	// may still be in use.
+	ann := make(map[string]string, len(req.Metadata.Annotations)+1)
+	for k, v := range req.Metadata.Annotations {
+		ann[k] = v
+	}
+	ann[OwnerAnnotation] = identity
+	req.Metadata.Annotations = ann
+
+	nreq, err := core.Normalize(&req)
+	if err != nil {
+		return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if fl, ok := selectorFleet(nreq); ok {
+		fleet = fl
+	}
+
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	a, err := s.backend.Allocate(ctx, nreq, s.now(), s.seed())
+	if a != nil {
+		retries = a.Retries
+	}
+	if err != nil {
+		return ns, fleet, nil, retries, s.allocateStatus(err, nreq)
+	}
+	got = a.GameServer
+	fleet = got.Labels[core.FleetLabel]
+	resp, err := wire.ResponseFromCore(got, wire.SourceLocal)
+	if err != nil {
+		return ns, fleet, nil, retries, status.Error(codes.Internal, err.Error())
+	}
+	return ns, fleet, resp, retries, nil
+}
+
+// bound gives ctx the service's default deadline when the caller set none:
+// work must always end.
+func (s *Service) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// selectorFleet is the fleet a request names when every selector pins one
+// (for the metrics of requests that allocate nothing).
+func selectorFleet(r *core.Request) (string, bool) {
+	fleet := ""
+	for i, sel := range r.Selectors {
+		f, ok := sel.MatchLabels[core.FleetLabel]
+		if !ok || (i > 0 && f != fleet) {
+			return "", false
+		}
+		fleet = f
+	}
+	return fleet, fleet != ""
+}
+
+func (s *Service) allocateStatus(err error, r *core.Request) error {
+	var inv *core.InvalidRequestError
+	switch {
+	case errors.Is(err, core.ErrNoMatch):
+		return status.Errorf(s.unallocated, "no game server available: none in namespace %q that is not already taken matches any of the request's %d selector(s)",
+			r.Namespace, len(r.Selectors))
+	case errors.Is(err, ErrContention):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return contextStatus(err)
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func contextStatus(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, "the caller cancelled the request")
+	}
+	return status.Error(codes.DeadlineExceeded, "the caller's deadline passed before the allocation was made")
+}
+
+// List returns identity's allocations (another's, or everyone's, for an
+// admin), oldest first.
+func (s *Service) List(ctx context.Context, identity string, in *qmv1.ListRequest) (*qmv1.ListResponse, error) {
+	resp, err := s.list(ctx, identity, in)
+	s.metrics.AdminCalls.WithLabelValues("List", status.Code(err).String()).Inc()
+	return resp, err
+}
+
+func (s *Service) list(ctx context.Context, identity string, in *qmv1.ListRequest) (*qmv1.ListResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, contextStatus(err)
+	}
+	owner, all := identity, false
+	if in.GetOwner() != "" || in.GetAllOwners() {
+		if !s.limits.isAdmin(identity) {
+			return nil, status.Errorf(codes.PermissionDenied, "identity %q is not an admin: it may list only its own allocations (leave owner and allOwners unset)", identity)
+		}
+		owner, all = in.GetOwner(), in.GetAllOwners()
+	}
+	type rec struct {
+		gs    *core.GameServer
+		owner string
+		at    time.Time
+	}
+	var recs []rec
+	for _, gs := range s.backend.Allocated() {
+		o := gs.Annotations[OwnerAnnotation]
+		if (!all && o != owner) || (in.GetNamespace() != "" && gs.Namespace != in.GetNamespace()) {
+			continue
+		}
+		at, _ := wire.AllocatedAt(gs)
+		recs = append(recs, rec{gs, o, at})
+	}
+	sort.Slice(recs, func(i, j int) bool {
+		if !recs[i].at.Equal(recs[j].at) {
+			return recs[i].at.Before(recs[j].at)
+		}
+		if recs[i].gs.Namespace != recs[j].gs.Namespace {
+			return recs[i].gs.Namespace < recs[j].gs.Namespace
+		}
+		return recs[i].gs.Name < recs[j].gs.Name
+	})
+	out := &qmv1.ListResponse{Allocations: make([]*qmv1.Allocation, 0, len(recs))}
+	for _, r := range recs {
+		out.Allocations = append(out.Allocations, wire.AllocationRecord(r.gs, r.owner, r.at))
+	}
+	return out, nil
+}
+
+// Release gives back one allocation identity holds (any, for an admin).
+func (s *Service) Release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	resp, err := s.release(ctx, identity, in)
+	s.metrics.AdminCalls.WithLabelValues("Release", status.Code(err).String()).Inc()
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "release failed",
+			slog.String("identity", identity),
+			slog.String("namespace", in.GetNamespace()),
+			slog.String("gameServer", in.GetGameServerName()),
+			slog.String("code", status.Code(err).String()),
+			slog.String("reason", status.Convert(err).Message()))
+	}
+	return resp, err
+}
+
+func (s *Service) release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	key, err := wire.ReleaseKey(in)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	gs, ok := s.backend.Get(key)
+	// The same answer for "no such server" and "someone else's", so that a
+	// caller cannot probe for others' allocations.
+	notYours := status.Errorf(codes.NotFound, "you hold no allocation of game server %s/%s", key.Namespace, key.Name)
+	if !ok || gs.State != core.StateAllocated {
+		return nil, notYours
+	}
+	owner := gs.Annotations[OwnerAnnotation]
+	if owner != identity && !s.limits.isAdmin(identity) {
+		return nil, notYours
+	}
+	stamp := gs.Annotations[core.LastAllocatedAnnotation]
+	at, _ := wire.AllocatedAt(gs)
+	gone, err := s.backend.Release(ctx, key, stamp)
+	switch {
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNotAllocated):
+		return nil, notYours
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return nil, contextStatus(err)
+	case err != nil:
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	_ = gone
+	return &qmv1.ReleaseResponse{Allocation: wire.AllocationRecord(gs, owner, at)}, nil
+}
+
+// identify returns the caller's identity for a gRPC call.
+func identify(t *mtls.Server, ctx context.Context) (string, error) {
+	id, err := t.Identify(ctx)
+	if err != nil {
+		return "", status.Errorf(codes.Unauthenticated, "no caller identity: %v", err)
+	}
+	return id, nil
+}
+
+// HTTPStatus maps a gRPC code to the HTTP status the REST API answers
+// with, as grpc-gateway (and so Agones' REST endpoint) does.
+func HTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.Canceled:
+		return 499
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quartermaster-dev/quartermaster/allocator"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+)
+
+func init() {
+	register(command{
+		name:    "list",
+		summary: "list the caller's allocations (Quartermaster's AllocationAdmin API)",
+		run:     runList,
+	})
+	register(command{
+		name:    "release",
+		summary: "give an allocated game server back (Quartermaster's AllocationAdmin API)",
+		run:     runRelease,
+	})
+}
+
+func parseAdminFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (func(io.Writer), error) {
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, usageText)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return nil, exitError{code: 0}
+		}
+		fmt.Fprintf(stderr, "qm %s: %v\n\n", name, err)
+		usage(stderr)
+		return nil, exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return usage, nil
+}
+
+func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm list", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c connFlags
+	c.register(fs)
+	in := &qmv1.ListRequest{}
+	fs.StringVar(&in.Namespace, "namespace", "", "only this namespace (default: all)")
+	fs.StringVar(&in.Owner, "owner", "", "admins: list this identity's allocations")
+	fs.BoolVar(&in.AllOwners, "all", false, "admins: list every identity's allocations")
+	if _, err := parseAdminFlags("list", "usage: qm list [flags]\n\nPrints the caller's current allocations as JSON, oldest first.\n\nflags:\n", fs, args, stdout, stderr); err != nil {
+		return quietHelp(err)
+	}
+	out := &qmv1.ListResponse{}
+	if err := adminCall(ctx, &c, allocator.ListPath, in, out, func(ctx context.Context, cl qmv1.AllocationAdminClient) (proto.Message, error) {
+		return cl.List(ctx, in)
+	}); err != nil {
+		return callFailed(stderr, "list", err)
+	}
+	return printMessage(stdout, out)
+}
+
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm release", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c connFlags
+	c.register(fs)
+	in := &qmv1.ReleaseRequest{}
+	fs.StringVar(&in.Namespace, "namespace", "", "the game server's namespace (default: \"default\")")
+	fs.StringVar(&in.GameServerName, "name", "", "the game server to give back (required)")
+	usage, err := parseAdminFlags("release", "usage: qm release --name GAMESERVER [flags]\n\nGives an allocation back: the game server is shut down and replaced.\n\nflags:\n", fs, args, stdout, stderr)
+	if err != nil {
+		return quietHelp(err)
+	}
+	if in.GameServerName == "" {
+		return usageError(stderr, usage, "--name is required")
+	}
+	out := &qmv1.ReleaseResponse{}
+	if err := adminCall(ctx, &c, allocator.ReleasePath, in, out, func(ctx context.Context, cl qmv1.AllocationAdminClient) (proto.Message, error) {
+		return cl.Release(ctx, in)
+	}); err != nil {
+		return callFailed(stderr, "release", err)
+	}
+	return printMessage(stdout, out)
+}
+
+// quietHelp turns the -h "error" back into success.
+func quietHelp(err error) error {
+	var e exitError
+	if errors.As(err, &e) && e.code == 0 {
+		return nil
+	}
+	return err
+}
+
+func adminCall(ctx context.Context, c *connFlags, path string, in, out proto.Message, call func(context.Context, qmv1.AllocationAdminClient) (proto.Message, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if c.rest {
+		return c.postJSON(ctx, path, in, out)
+	}
+	conn, err := c.dialGRPC()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	got, err := call(ctx, qmv1.NewAllocationAdminClient(conn))
+	if err != nil {
+		return err
+	}
+	proto.Merge(out, got)
+	return nil
+}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/codes"
+
+	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/allocator/memory"
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
+	"github.com/quartermaster-dev/quartermaster/certs"
+)
+
+func init() {
+	register(command{
+		name:    "serve",
+		summary: "run the allocator service (Agones-compatible gRPC and REST)",
+		run:     runServe,
+	})
+}
+
+const serveUsage = `usage: qm serve [flags]
+
+Runs the allocator: Agones' allocation.AllocationService over gRPC and
+POST /gameserverallocation over REST, with mutual TLS, plus Quartermaster's
+List/Release API; /live, /ready and /metrics in plain HTTP on --http-addr.
+
+With no flags it runs a demo: the in-memory backend with a few fleets, and
+development certificates made in the state directory (see --state-dir). It
+prints the command that calls it.
+
+For real use give --tls-dir (tls.crt, tls.key) and --client-ca-dir (every
+*.crt/*.pem in it is a trusted client CA); both are re-read when they change.
+'qm certs' makes such directories.
+
+flags:
+`
+
+// devIdentities get client certificates in the state directory.
+var devIdentities = []string{"dev", "alice", "bob"}
+
+type serveFlags struct {
+	addr, restAddr, httpAddr string
+	tlsDir, clientCADir      string
+	stateDir                 string
+	hosts                    string
+	disableMTLS, disableTLS  bool
+	backend                  string
+	fleets, limits           string
+	unallocated              string
+	logFormat, logLevel      string
+	seed                     uint64
+	readyFile                string
+	drainDelay, shutdownWait time.Duration
+	timeout                  time.Duration
+	maxRequestBytes          int
+	maxStreams               uint
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f serveFlags
+	fs.StringVar(&f.addr, "addr", ":8443", "gRPC address; REST is served here too unless --rest-addr is set")
+	fs.StringVar(&f.restAddr, "rest-addr", "", "serve REST on this address instead of sharing --addr")
+	fs.StringVar(&f.httpAddr, "http-addr", ":8080", "plain-HTTP address for /live, /ready and /metrics; empty for none")
+	fs.StringVar(&f.tlsDir, "tls-dir", "", "directory with the server's tls.crt and tls.key (default: development certificates in the state directory)")
+	fs.StringVar(&f.clientCADir, "client-ca-dir", "", "directory of trusted client CA files (*.crt, *.pem) (default: the state directory's)")
+	fs.StringVar(&f.stateDir, "state-dir", defaultStateDir(), "where development certificates are kept (also $QM_STATE_DIR)")
+	fs.StringVar(&f.hosts, "hosts", "", "extra comma-separated names/IPs for the development server certificate (localhost and loopback are always in it)")
+	fs.BoolVar(&f.disableMTLS, "insecure-disable-mtls", false, "INSECURE, development only: do not ask for client certificates")
+	fs.BoolVar(&f.disableTLS, "insecure-disable-tls", false, "INSECURE, development only: plaintext, no TLS at all")
+	fs.StringVar(&f.backend, "backend", "memory", "where game servers live: memory")
+	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
+	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits); without it every identity may allocate anywhere")
+	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Uint64Var(&f.seed, "seed", 0, "start value for per-request seeds (0: from the clock); the same seed and request order replay the same decisions")
+	fs.StringVar(&f.readyFile, "ready-file", "", "once listening, write the bound addresses to this file as JSON (for scripts)")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long after /ready turns false")
+	fs.DurationVar(&f.shutdownWait, "shutdown-timeout", allocator.DefaultShutdownTimeout, "on SIGTERM, longest wait for requests in flight")
+	fs.DurationVar(&f.timeout, "timeout", allocator.DefaultTimeout, "bound on a request whose caller set no deadline")
+	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
+	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, serveUsage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return nil
+		}
+		fmt.Fprintf(stderr, "qm serve: %v\n\n", err)
+		usage(stderr)
+		return exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return usageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	var code codes.Code
+	if err := code.UnmarshalJSON([]byte(`"` + strings.ToUpper(camelToSnake(f.unallocated)) + `"`)); err != nil {
+		return usageError(stderr, usage, "--unallocated-code %q is not a gRPC code name (e.g. ResourceExhausted)", f.unallocated)
+	}
+	if f.maxStreams > 1<<31 || f.maxRequestBytes <= 0 {
+		return usageError(stderr, usage, "--max-concurrent-streams and --max-request-bytes must be positive and sensible")
+	}
+	log, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return usageError(stderr, usage, "%v", err)
+	}
+	return serve(ctx, f, code, log, stdout, stderr)
+}
+
+func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.Logger, stdout, stderr io.Writer) error {
+	mode := mtls.ModeFromFlags(f.disableMTLS, f.disableTLS)
+	if mode.Insecure() {
+		_ = mtls.WriteInsecureWarning(stderr, mode)
+		log.Warn("INSECURE mode: for local development only", "mode", mode.String())
+	}
+
+	// Certificates: given, or development ones in the state directory.
+	dev := f.tlsDir == "" && f.clientCADir == "" && mode != mtls.ModeInsecureDisableTLS
+	certDir := filepath.Join(f.stateDir, "certs")
+	if dev {
+		hosts := append([]string{"localhost", "127.0.0.1", "::1"}, splitList(f.hosts)...)
+		if h, _, err := net.SplitHostPort(f.addr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+			hosts = append(hosts, h)
+		}
+		res, err := certs.Generate(certs.GenerateOptions{Dir: certDir, Hosts: hosts, Clients: devIdentities, Now: time.Now()})
+		if err != nil {
+			return fmt.Errorf("making development certificates in %s: %w", certDir, err)
+		}
+		f.tlsDir, f.clientCADir = res.Layout.ServerDir(), res.Layout.ClientCADir()
+		log.Info("using development certificates", "dir", certDir, "identities", devIdentities)
+	} else if mode != mtls.ModeInsecureDisableTLS && (f.tlsDir == "" || (mode == mtls.ModeMTLS && f.clientCADir == "")) {
+		return errors.New("give both --tls-dir and --client-ca-dir (or neither, for development certificates)")
+	}
+	tlsSrv, err := mtls.NewServer(mtls.ServerOptions{Mode: mode, CertDir: f.tlsDir, ClientCADir: f.clientCADir, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	if f.backend != "memory" {
+		return fmt.Errorf("--backend %q is not available (have: memory)", f.backend)
+	}
+	fleets := memory.DemoConfig()
+	fleetSource := "built-in demo fleets"
+	if f.fleets != "" {
+		if fleets, err = memory.LoadConfig(f.fleets); err != nil {
+			return err
+		}
+		fleetSource = f.fleets
+	}
+	var limits *allocator.LimitsConfig
+	if f.limits != "" {
+		if limits, err = allocator.LoadLimits(f.limits); err != nil {
+			return err
+		}
+	}
+	seed := f.seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	log.Info("request seeds", "seed", seed)
+	backend := memory.New(fleets, memory.Options{Seed: seed})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := allocator.NewMetrics()
+	if err := metrics.Register(reg); err != nil {
+		return err
+	}
+	svc, err := allocator.NewService(allocator.Options{
+		Backend: backend, Limits: limits, Logger: log, Metrics: metrics,
+		Seed: seed, UnallocatedCode: unallocated, Timeout: f.timeout,
+	})
+	if err != nil {
+		return err
+	}
+	srv, err := allocator.NewServer(allocator.ServerOptions{
+		Service: svc, TLS: tlsSrv, Addr: f.addr, RESTAddr: f.restAddr, HTTPAddr: f.httpAddr,
+		Gatherer: reg, Logger: log, MaxRequestBytes: f.maxRequestBytes,
+		MaxConcurrentStreams: uint32(f.maxStreams), DrainDelay: f.drainDelay,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	go tlsSrv.Run(runCtx)
+	go backend.Run(runCtx)
+	srv.Start()
+
+	grpcAddr, restAddr, httpAddr := srv.Addrs()
+	if f.readyFile != "" {
+		b, _ := json.Marshal(map[string]string{"grpc": grpcAddr, "rest": restAddr, "http": httpAddr, "certsDir": certDir})
+		if err := certs.WriteFileAtomic(f.readyFile, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--ready-file: %w", err)
+		}
+	}
+	printBanner(stdout, mode, dev, certDir, grpcAddr, restAddr, httpAddr, fleetSource, fleets)
+	log.Info("serving", "grpc", grpcAddr, "rest", restAddr, "http", httpAddr, "mode", mode.String(), "backend", f.backend)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: not ready any more; finishing requests in flight", "timeout", f.shutdownWait)
+	case err := <-srv.Errors():
+		log.Error("shutting down after a listener failed", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownWait+f.drainDelay)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	log.Info("stopped")
+	return err
+}
+
+// clientHost is how a client on this machine reaches addr.
+func clientHost(addr string) string {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) || h == "127.0.0.1" || h == "::1" {
+		h = "localhost"
+	}
+	return net.JoinHostPort(h, p)
+}
+
+func printBanner(w io.Writer, mode mtls.Mode, dev bool, certDir, grpcAddr, restAddr, httpAddr, fleetSource string, fleets *memory.Config) {
+	fmt.Fprintf(w, "quartermaster allocator (%s)\n", mode)
+	if grpcAddr == restAddr {
+		fmt.Fprintf(w, "  gRPC + REST  %s\n", grpcAddr)
+	} else {
+		fmt.Fprintf(w, "  gRPC         %s\n  REST         %s\n", grpcAddr, restAddr)
+	}
+	if httpAddr != "" {
+		fmt.Fprintf(w, "  health       http://%s/live  /ready  /metrics\n", clientHost(httpAddr))
+	}
+	fmt.Fprintf(w, "  backend      memory, %s:", fleetSource)
+	for _, fl := range fleets.Fleets {
+		fmt.Fprintf(w, " %s/%s×%d", fl.Namespace, fl.Name, fl.Replicas)
+	}
+	fmt.Fprintln(w)
+	self, _ := os.Executable()
+	qm := "qm"
+	if self != "" && filepath.Base(self) == "qm" {
+		if rel, err := filepath.Rel(mustGetwd(), self); err == nil && !strings.HasPrefix(rel, "..") {
+			qm = "./" + rel
+		}
+	}
+	certFlags := ""
+	switch {
+	case mode == mtls.ModeInsecureDisableTLS:
+		certFlags = " --insecure"
+	case dev && mode == mtls.ModeMTLS:
+		certFlags = fmt.Sprintf(" --certs-dir %s --identity dev", certDir)
+	case dev:
+		certFlags = fmt.Sprintf(" --cacert %s", certs.Layout{Dir: certDir}.CACert())
+	default:
+		certFlags = " --cert CLIENT.crt --key CLIENT.key --cacert CA.crt"
+	}
+	fmt.Fprintf(w, "\nallocate with:\n  %s allocate --addr %s%s\n", qm, clientHost(grpcAddr), certFlags)
+	fmt.Fprintf(w, "  %s allocate --rest --addr %s%s --selector mode=lobby --counter rooms=Increment:1\n", qm, clientHost(restAddr), certFlags)
+	if dev && mode == mtls.ModeMTLS {
+		l := certs.Layout{Dir: certDir}
+		fmt.Fprintf(w, "  curl --cert %s --key %s --cacert %s \\\n    -d '{\"namespace\":\"default\"}' https://%s%s\n",
+			l.ClientCert("dev"), l.ClientKey("dev"), l.CACert(), clientHost(restAddr), allocator.AllocatePath)
+	}
+	fmt.Fprintln(w)
+}
+
+func mustGetwd() string {
+	wd, _ := os.Getwd()
+	return wd
+}
+
+// defaultStateDir is where `qm serve` and `qm allocate` keep and find the
+// development certificates, so that the two agree without flags.
+func defaultStateDir() string {
+	if d := os.Getenv("QM_STATE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "quartermaster")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "quartermaster")
+	}
+	return ".state"
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// camelToSnake turns ResourceExhausted into RESOURCE_EXHAUSTED's lower form
+// so both spellings of a code name are accepted.
+func camelToSnake(s string) string {
+	if strings.Contains(s, "_") {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

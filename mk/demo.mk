@@ -1,0 +1,11 @@
+# The demo: `make demo` builds qm, starts the allocator on free loopback
+# ports with a fresh state directory (development certificates, built-in
+# fleets), makes a few allocations over gRPC and REST with `qm allocate`,
+# prints them and stops the server. mk/demo.sh does the work and cleans up
+# even when a step fails.
+
+.PHONY: demo
+
+## demo: start the allocator, allocate over gRPC and REST, stop.
+demo: build
+	@bash mk/demo.sh "$(BIN)/qm"
