@@ -70,6 +70,11 @@ func Parse(data []byte) (*Scenario, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	// Building the run's configuration catches what only the whole file
+	// shows (the expected number of requests, for one).
+	if _, err := s.Config(); err != nil {
+		return nil, err
+	}
 	return &s, nil
 }
 

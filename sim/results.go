@@ -55,7 +55,9 @@ type ClusterResult struct {
 	Region   string `json:"region"`
 	clusterCounters
 	// Share is this cluster's part of all allocations.
-	Share   float64 `json:"share"`
+	Share float64 `json:"share"`
+	// SuccessRate is Allocated over the tries the cluster answered.
+	SuccessRate float64 `json:"successRate"`
 	Latency Latency `json:"latency"`
 	// MeanAllocated is the time-average number of Allocated servers
 	// (Little's law: arrival rate accepted × mean session).
@@ -183,6 +185,7 @@ func (w *world) results() *Results {
 			Region:            cfg.Region,
 			clusterCounters:   cl.m,
 			Share:             ratio(float64(cl.m.Allocated), float64(t.allocated)),
+			SuccessRate:       float64(cl.m.Allocated) / max(1, float64(cl.m.Allocated+cl.m.UnAllocated+cl.m.Contention)),
 			Latency:           cl.lat.summary(),
 			MeanAllocated:     round4(cl.allocArea / dur),
 			PackingEfficiency: 1,
