@@ -1,0 +1,387 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// REST is the API server connection. Its QPS and Burst are raised to
+	// QPS and Burst below: client-go's defaults (5 and 10) once capped Agones
+	// at a handful of allocations per second.
+	REST *rest.Config
+	// QPS and Burst for the client; 0 means DefaultQPS / DefaultBurst.
+	QPS   float32
+	Burst int
+	// Namespace to watch; "" watches every namespace.
+	Namespace string
+	// MaxConflictRetries bounds how often one allocation may lose a race
+	// and choose again before answering Contention.
+	MaxConflictRetries int
+	// StaleRetries bounds the extra attempts made when nothing matches but
+	// the cache may be behind (a conflict just happened, or our own writes
+	// are newer than anything the informer has delivered); StaleWait is the
+	// first wait, doubled each time.
+	StaleRetries int
+	StaleWait    time.Duration
+	Logger       *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	DefaultQPS                = 2000
+	DefaultBurst              = 4000
+	DefaultMaxConflictRetries = 8
+	DefaultStaleRetries       = 3
+	DefaultStaleWait          = 10 * time.Millisecond
+)
+
+// Backend allocates Agones GameServers in a Kubernetes cluster. It
+// implements allocator.Backend.
+type Backend struct {
+	cfg      Config
+	client   dynamic.NamespaceableResourceInterface
+	informer cache.SharedIndexInformer
+	ix       *core.Index
+	log      *slog.Logger
+
+	mu  sync.Mutex
+	raw map[core.Key]*unstructured.Unstructured // newest object known per key
+
+	lastConflict atomic.Int64  // unix nanoseconds of the last write conflict
+	writtenRV    atomic.Uint64 // newest resourceVersion our writes produced
+	seenRV       atomic.Uint64 // newest resourceVersion the informer delivered
+	synced       atomic.Bool
+	conflicts    atomic.Int64
+}
+
+var _ allocator.Backend = (*Backend)(nil)
+
+// New builds a Backend; Start begins watching.
+func New(cfg Config) (*Backend, error) {
+	if cfg.REST == nil {
+		return nil, errors.New("kube: Config.REST is required")
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS = DefaultQPS
+	}
+	if cfg.Burst == 0 {
+		cfg.Burst = DefaultBurst
+	}
+	if cfg.MaxConflictRetries == 0 {
+		cfg.MaxConflictRetries = DefaultMaxConflictRetries
+	}
+	if cfg.StaleRetries == 0 {
+		cfg.StaleRetries = DefaultStaleRetries
+	}
+	if cfg.StaleWait == 0 {
+		cfg.StaleWait = DefaultStaleWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	rc := rest.CopyConfig(cfg.REST)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: client: %w", err)
+	}
+	b := &Backend{
+		cfg:    cfg,
+		client: dc.Resource(GameServerResource),
+		ix:     core.NewIndex(),
+		log:    cfg.Logger,
+		raw:    map[core.Key]*unstructured.Unstructured{},
+	}
+	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, 0, cfg.Namespace, nil)
+	b.informer = factory.ForResource(GameServerResource).Informer()
+	if _, err := b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    b.onUpsert,
+		UpdateFunc: func(_, obj any) { b.onUpsert(obj) },
+		DeleteFunc: b.onDelete,
+	}); err != nil {
+		return nil, fmt.Errorf("kube: informer: %w", err)
+	}
+	return b, nil
+}
+
+// Start runs the informer until ctx ends and waits for its first list.
+func (b *Backend) Start(ctx context.Context) error {
+	go b.informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), b.informer.HasSynced) {
+		return fmt.Errorf("kube: GameServer cache did not sync: %w", ctx.Err())
+	}
+	b.synced.Store(true)
+	b.log.Info("gameserver cache synced", "servers", b.ix.Len(), "namespace", b.cfg.Namespace)
+	return nil
+}
+
+// Ready reports whether the cache has synced.
+func (b *Backend) Ready() bool { return b.synced.Load() }
+
+// Index exposes the backend's index (for metrics and tests).
+func (b *Backend) Index() *core.Index { return b.ix }
+
+// Conflicts is how many writes lost a race since start.
+func (b *Backend) Conflicts() int64 { return b.conflicts.Load() }
+
+func keyOf(u *unstructured.Unstructured) core.Key {
+	return core.Key{Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+func (b *Backend) onUpsert(obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	b.noteRV(&b.seenRV, u.GetResourceVersion())
+	b.remember(u, true)
+}
+
+// remember stores u as the newest known state of its server unless the
+// backend already knows a newer one of the same object (an informer event
+// that trails our own write). It reports whether u was taken.
+func (b *Backend) remember(u *unstructured.Unstructured, index bool) bool {
+	k := keyOf(u)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old := b.raw[k]; old != nil && old.GetUID() == u.GetUID() && !newer(u.GetResourceVersion(), old.GetResourceVersion()) {
+		return false
+	}
+	gs, err := toCore(u)
+	if err != nil {
+		// A server we cannot read must not be handed out.
+		b.log.Warn("ignoring unreadable gameserver", "namespace", k.Namespace, "name", k.Name, "err", err)
+		delete(b.raw, k)
+		b.ix.Remove(k)
+		return false
+	}
+	b.raw[k] = u
+	if index {
+		b.ix.Upsert(gs)
+	}
+	return true
+}
+
+func (b *Backend) onDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	k := keyOf(u)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old := b.raw[k]; old != nil && old.GetUID() != u.GetUID() {
+		return // a newer object of the same name already replaced it
+	}
+	delete(b.raw, k)
+	b.ix.Remove(k)
+}
+
+func (b *Backend) noteRV(to *atomic.Uint64, rv string) {
+	v, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		cur := to.Load()
+		if v <= cur || to.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// Allocate implements allocator.Backend.
+func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
+	wait := b.cfg.StaleWait
+	for try := 0; ; try++ {
+		a, err := allocator.CommitLoop(ctx, b.ix, b, req, now, seed, b.cfg.MaxConflictRetries)
+		if err == nil {
+			b.reconcile(a.GameServer.Key())
+			return a, nil
+		}
+		if !errors.Is(err, core.ErrNoMatch) || try >= b.cfg.StaleRetries || !b.cacheMayBeBehind() {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// cacheMayBeBehind says whether "nothing matches" may be the cache's fault:
+// a write just lost a race (so others are writing what we have not seen), or
+// our own writes are newer than anything the informer has delivered.
+func (b *Backend) cacheMayBeBehind() bool {
+	if !b.synced.Load() {
+		return true
+	}
+	if time.Since(time.Unix(0, b.lastConflict.Load())) < time.Second {
+		return true
+	}
+	return b.seenRV.Load() < b.writtenRV.Load()
+}
+
+// reconcile puts the newest known object back into the index if an informer
+// event overtook our commit while the server was held.
+func (b *Backend) reconcile(k core.Key) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u := b.raw[k]
+	gs, ok := b.ix.Get(k)
+	if u == nil || !ok || u.GetResourceVersion() == gs.Version || !newer(u.GetResourceVersion(), gs.Version) {
+		return
+	}
+	if fresh, err := toCore(u); err == nil {
+		b.ix.Upsert(fresh)
+	}
+}
+
+// Commit implements allocator.Committer: an Update of the chosen object as
+// it was when chosen, so the API server refuses it if anything changed.
+func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServer, error) {
+	k := res.Previous.Key()
+	b.mu.Lock()
+	raw := b.raw[k]
+	b.mu.Unlock()
+	if raw == nil {
+		return nil, &allocator.ConflictError{Key: k}
+	}
+	if raw.GetResourceVersion() != res.Previous.Version {
+		// The cache moved on after the choice: choose again on what it has.
+		fresh, err := toCore(raw)
+		if err != nil {
+			return nil, &allocator.ConflictError{Key: k}
+		}
+		return nil, &allocator.ConflictError{Key: k, Fresh: fresh}
+	}
+	obj, err := withAllocation(raw, res.Previous, res.GameServer)
+	if err != nil {
+		return nil, fmt.Errorf("building allocated %s/%s: %w", k.Namespace, k.Name, err)
+	}
+	updated, err := b.client.Namespace(k.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+	case apierrors.IsConflict(err):
+		b.conflicts.Add(1)
+		b.lastConflict.Store(time.Now().UnixNano())
+		return nil, b.refresh(ctx, k)
+	case apierrors.IsNotFound(err):
+		b.forget(k, raw)
+		return nil, &allocator.ConflictError{Key: k}
+	default:
+		return nil, fmt.Errorf("updating gameserver %s/%s: %w", k.Namespace, k.Name, err)
+	}
+	b.noteRV(&b.writtenRV, updated.GetResourceVersion())
+	b.remember(updated, false)
+	return toCore(updated)
+}
+
+// refresh reads the server after a lost race, so the next choice is made on
+// its real state without waiting for the informer.
+func (b *Backend) refresh(ctx context.Context, k core.Key) error {
+	cur, err := b.client.Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		b.mu.Lock()
+		delete(b.raw, k)
+		b.mu.Unlock()
+		return &allocator.ConflictError{Key: k}
+	}
+	if err != nil {
+		return fmt.Errorf("re-reading gameserver %s/%s after a conflict: %w", k.Namespace, k.Name, err)
+	}
+	b.noteRV(&b.writtenRV, cur.GetResourceVersion())
+	b.remember(cur, false)
+	fresh, err := toCore(cur)
+	if err != nil {
+		return &allocator.ConflictError{Key: k}
+	}
+	return &allocator.ConflictError{Key: k, Fresh: fresh}
+}
+
+func (b *Backend) forget(k core.Key, raw *unstructured.Unstructured) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.raw[k] == raw {
+		delete(b.raw, k)
+	}
+}
+
+// Get implements allocator.Backend.
+func (b *Backend) Get(k core.Key) (*core.GameServer, bool) { return b.ix.Get(k) }
+
+// Allocated implements allocator.Backend.
+func (b *Backend) Allocated() []*core.GameServer {
+	var out []*core.GameServer
+	for _, gs := range b.ix.List() {
+		if gs.State == core.StateAllocated {
+			out = append(out, gs)
+		}
+	}
+	return out
+}
+
+// Release implements allocator.Backend: the server goes to Shutdown, from
+// which Agones' controller (or qm agent) deletes and replaces it.
+func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string) (*core.GameServer, error) {
+	for range b.cfg.MaxConflictRetries {
+		cur, err := b.client.Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, allocator.ErrNotFound
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading gameserver %s/%s: %w", k.Namespace, k.Name, err)
+		}
+		gs, err := toCore(cur)
+		if err != nil {
+			return nil, err
+		}
+		if gs.State != core.StateAllocated {
+			return nil, allocator.ErrNotAllocated
+		}
+		if ifAllocatedAt != "" && gs.Annotations[core.LastAllocatedAnnotation] != ifAllocatedAt {
+			return nil, allocator.ErrNotAllocated
+		}
+		obj, err := withState(cur, core.StateShutdown)
+		if err != nil {
+			return nil, err
+		}
+		updated, err := b.client.Namespace(k.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("releasing gameserver %s/%s: %w", k.Namespace, k.Name, err)
+		}
+		b.noteRV(&b.writtenRV, updated.GetResourceVersion())
+		b.remember(updated, true)
+		return toCore(updated)
+	}
+	return nil, allocator.ErrContention
+}
