@@ -64,8 +64,13 @@ type Index struct {
 	holdSeq   uint64
 	levels    rng // skiplist levels: deterministic, independent of requests
 
+	// spread is how many of the first Packed matches a choice is drawn
+	// from (1: the first, exact Packed).
+	spread int
+
 	// scratch space reused across allocations (guarded by mu)
-	heap []cursor
+	heap  []cursor
+	found []*entry
 }
 
 // maxLabelKeys bounds how many label keys get groups of their own; selectors
@@ -141,7 +146,20 @@ func NewIndex() *Index {
 		// building one.
 		labelKeys: []string{FleetLabel},
 		levels:    newRNG(0x5eed),
+		spread:    1,
 	}
+}
+
+// SetPackedSpread makes Packed allocations (without priorities) choose
+// uniformly, by the request's seed, among the first n matches in Packed order
+// instead of always the first. Several allocator replicas working from the
+// same cache otherwise all race for the same server and all but one lose;
+// with a spread they mostly want different ones. The first n matches nearly
+// always share the fullest node, so packing barely changes. n < 1 means 1.
+func (ix *Index) SetPackedSpread(n int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.spread = max(n, 1)
 }
 
 // Len is the number of servers in the index, in any state.
@@ -610,6 +628,13 @@ func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
 			return e
 		}
 		return pickBest(g.all, sel, g.key.label, req.Priorities, nil)
+	case len(req.Priorities) == 0 && ix.spread > 1:
+		g.refresh()
+		found := ix.collectPacked(g, sel, ix.spread)
+		if len(found) == 0 {
+			return nil
+		}
+		return found[r.intN(uint64(len(found)))]
 	case len(req.Priorities) == 0:
 		g.refresh()
 		return ix.pickPacked(g, sel)
@@ -658,6 +683,46 @@ func (ix *Index) pickPacked(g *group, sel *Selector) *entry {
 	}
 	found, h = drain(h, sel, known, false, "")
 	return found
+}
+
+// collectPacked returns up to n matches in Packed order (the first is what
+// pickPacked returns). The slice is scratch space, valid until the next call.
+func (ix *Index) collectPacked(g *group, sel *Selector, n int) []*entry {
+	known := g.key.label
+	found := ix.found[:0]
+	h := ix.heap[:0]
+	defer func() { ix.heap = h[:0]; ix.found = found[:0] }()
+	var tierA, tierR int
+	for gn := g.order.first(); gn != nil && len(found) < n; gn = gn.next[0] {
+		if gn != g.order.first() && (gn.allocated != tierA || gn.ready != tierR) {
+			found, h = collect(h, sel, known, false, "", found, n)
+		}
+		tierA, tierR = gn.allocated, gn.ready
+		found, h = collect(h, sel, known, true, gn.head, found, n)
+		h = heapPush(h, cursor{gn: gn})
+	}
+	found, h = collect(h, sel, known, false, "", found, n)
+	return found
+}
+
+// collect is drain that keeps going until it has n matches.
+func collect(h []cursor, sel *Selector, known string, bounded bool, bound string, found []*entry, n int) ([]*entry, []cursor) {
+	for len(h) > 0 && len(found) < n {
+		top := &h[0]
+		if bounded && top.name() >= bound {
+			break
+		}
+		if e := top.gn.members[top.pos].e; sel.matchesWithin(e.gs, known) {
+			found = append(found, e)
+		}
+		top.pos++
+		if top.pos == len(top.gn.members) {
+			h = heapPop(h)
+		} else {
+			heapDown(h, 0)
+		}
+	}
+	return found, h
 }
 
 // drain tests heap members in name order, stopping at the first match or,

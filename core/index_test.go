@@ -281,3 +281,49 @@ func TestConcurrentAllocationsNeverShareAServer(t *testing.T) {
 		t.Fatalf("every server is allocated: want ErrNoMatch, got %v", err)
 	}
 }
+
+// TestPackedSpread checks that with a spread of n, Packed picks come from the
+// reference's first n candidates, all of them get picked, and a spread of 1
+// is exact Packed.
+func TestPackedSpread(t *testing.T) {
+	build := func() (*Index, *naive) {
+		ix, ref := NewIndex(), newNaive()
+		for i := range 60 {
+			gs := ready(fmt.Sprintf("gs-%02d", i), fmt.Sprintf("n%d", i%6), FleetLabel, "f")
+			if i%5 == 0 {
+				gs.State = StateAllocated
+			}
+			ix.Upsert(gs)
+			ref.upsert(gs)
+		}
+		return ix, ref
+	}
+	req := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{FleetLabel: "f"}}}})
+	ix, ref := build()
+	ix.SetPackedSpread(4)
+	cands, _ := ref.candidates(req)
+	top := map[string]bool{}
+	for _, c := range cands[:4] {
+		top[c.Name] = true
+	}
+	seen := map[string]bool{}
+	for s := range uint64(400) {
+		res, err := ix.Allocate(req, t0, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !top[res.Previous.Name] {
+			t.Fatalf("seed %d picked %s, not among the first 4 %v", s, res.Previous.Name, top)
+		}
+		seen[res.Previous.Name] = true
+		ix.Abort(res)
+	}
+	if len(seen) != 4 {
+		t.Fatalf("picked %v, want all of the first 4", seen)
+	}
+	ix.SetPackedSpread(1)
+	res, _ := ix.Allocate(req, t0, 99)
+	if res.Previous.Name != cands[0].Name {
+		t.Fatalf("spread 1 picked %s, want %s", res.Previous.Name, cands[0].Name)
+	}
+}

@@ -42,6 +42,10 @@ type Config struct {
 	// first wait, doubled each time.
 	StaleRetries int
 	StaleWait    time.Duration
+	// PackedSpread: Packed allocations choose at random among this many of
+	// the best matches (core.Index.SetPackedSpread), so that several
+	// replicas stop racing for the same server. 0 or 1: exact Packed.
+	PackedSpread int
 	Logger       *slog.Logger
 }
 
@@ -111,6 +115,7 @@ func New(cfg Config) (*Backend, error) {
 		log:    cfg.Logger,
 		raw:    map[core.Key]*unstructured.Unstructured{},
 	}
+	b.ix.SetPackedSpread(cfg.PackedSpread)
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, 0, cfg.Namespace, nil)
 	b.informer = factory.ForResource(GameServerResource).Informer()
 	if _, err := b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -199,13 +199,19 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).To(MatchError(allocator.ErrNotFound))
 	})
 
-	It("never allocates a server twice with three replicas under concurrent load", func() {
+	DescribeTable("never allocates a server twice with three replicas under concurrent load", func(spread int) {
 		const servers, workers = 300, 8
 		ns := newNamespace(ctx)
 		for i := range servers {
 			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%10)))
 		}
-		replicas := []*kube.Backend{startBackend(ctx, ns), startBackend(ctx, ns), startBackend(ctx, ns)}
+		var replicas []*kube.Backend
+		for range 3 {
+			b, err := kube.New(kube.Config{REST: cluster.RESTConfig(), Namespace: ns, PackedSpread: spread})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(b.Start(ctx)).To(Succeed())
+			replicas = append(replicas, b)
+		}
 		for _, r := range replicas {
 			Eventually(r.Index().Len, 10*time.Second).Should(Equal(servers))
 		}
@@ -257,8 +263,12 @@ var _ = Describe("the kubernetes backend", func() {
 		for _, r := range replicas {
 			conflicts += r.Conflicts()
 		}
-		GinkgoWriter.Printf("3 replicas x %d workers over %d servers: %d conflicts, %d contention answers\n", workers, servers, conflicts, contention.Load())
-	})
+		AddReportEntry(fmt.Sprintf("3 replicas x %d workers, %d servers, Packed spread %d", workers, servers, spread),
+			fmt.Sprintf("%d conflicts, %d Contention answers", conflicts, contention.Load()))
+	},
+		Entry("exact Packed", 1),
+		Entry("Packed spread over the best 8", 8),
+	)
 })
 
 func mustJSON(v any) string {
