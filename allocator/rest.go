@@ -28,6 +28,19 @@ const (
 	ReleasePath  = "/v1/allocations:release"
 )
 
+// NewRESTHandler returns the REST API as an http.Handler, for serving it
+// behind a listener of one's own. Callers are identified by their
+// connection's TLS state through t.
+func NewRESTHandler(svc *Service, t *mtls.Server, maxBytes int, log *slog.Logger) http.Handler {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &restHandler{svc: svc, tls: t, maxBytes: int64(maxBytes), log: log}
+}
+
 // restHandler serves the REST API: proto3 JSON over HTTP, with the same
 // service, identity and codes as gRPC.
 type restHandler struct {

@@ -366,7 +366,9 @@ func buildRequest(namespace string, selectors []*allocation.GameServerSelector, 
 
 // selectorFlags collects --selector and --state in command-line order: a
 // --state applies to the selector just before it.
-type selectorFlags struct{ list []*allocation.GameServerSelector }
+type selectorFlags struct {
+	list []*allocation.GameServerSelector
+}
 
 type selectorFlag struct{ s *selectorFlags }
 

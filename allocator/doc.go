@@ -1,0 +1,26 @@
+// Package allocator is Quartermaster's allocation service: a drop-in for
+// Agones' allocator. It serves Agones' allocation.AllocationService over
+// gRPC and POST /gameserverallocation over REST (proto3 JSON), on one
+// mutual-TLS port or two, plus Quartermaster's own AllocationAdmin (List and
+// Release of the caller's allocations).
+//
+// The pieces:
+//
+//   - Service: one request path for both protocols: decode, identity limits
+//     (namespaces, allocations held, request rate), core.Normalize, the
+//     backend, the response; errors as the gRPC codes (and HTTP statuses) of
+//     Agones' table, with messages that say what was wrong; metrics and one
+//     log line per failed allocation.
+//   - Backend: where game servers live. The memory package is the embedded
+//     one; a Kubernetes backend fits the same interface through CommitLoop
+//     (informer-fed index, Update with resourceVersion, retry on conflict).
+//   - Server: the listeners. On a shared port a splitter routes each
+//     connection once, after its TLS handshake, to grpc-go's own transport
+//     or to net/http, so gRPC there is as fast as on a port of its own.
+//     /live, /ready, /metrics on a plain-HTTP port; the gRPC health service;
+//     graceful shutdown.
+//
+// Ownership is recorded on the allocated game server itself
+// (OwnerAnnotation), so every replica agrees on it. Re-allocating a live
+// server (a selector with state Allocated) makes the caller its owner.
+package allocator
