@@ -1,0 +1,17 @@
+// Package kindcluster brings up real Kubernetes API servers for tests, e2e
+// rigs and `qm cluster up`: one cluster is an etcd process plus a
+// kube-apiserver process on free loopback ports, with generated
+// certificates, an admin token, a kubeconfig and Quartermaster's CRDs
+// installed and Established.
+//
+// The `local` provider is the only one implemented: this project's machines
+// have no Docker, so kind's node containers are not an option (a `kind`
+// provider would need a running Docker or Podman and the kindest/node image).
+// There are no kubelets either: GameServers in such a cluster are objects
+// that a fleet agent creates and marks Ready.
+//
+// Every process the package starts goes through a Runner, so a DryRunner can
+// print the commands instead of running them, and every process and
+// directory a Cluster owns is removed by Stop, which tests register as a
+// cleanup so that a failed or interrupted run leaves nothing behind.
+package kindcluster
