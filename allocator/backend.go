@@ -81,8 +81,8 @@ func (e *ConflictError) Error() string {
 // CommitLoop is Allocate for a backend whose index caches a store that may
 // have moved on: choose (with a hold), commit, and on a conflict put the
 // fresh state into the index, drop the hold and choose again, at most
-// maxRetries times. The core is never told about the race except through
-// the fresh state, as architecture.md asks.
+// maxRetries times, then ErrContention. The core is never told about the
+// race except through the fresh state, as architecture.md asks.
 func CommitLoop(ctx context.Context, ix *core.Index, c Committer, req *core.Request, now time.Time, seed uint64, maxRetries int) (*Allocation, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -111,7 +111,8 @@ func CommitLoop(ctx context.Context, ix *core.Index, c Committer, req *core.Requ
 		}
 		ix.Abort(res)
 		if attempt >= maxRetries {
-			return nil, ErrContention
+			// The Allocation carries the retry count for the metrics.
+			return &Allocation{Retries: attempt}, ErrContention
 		}
 	}
 }

@@ -1,0 +1,133 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// storeBackend is the shape of a store-backed backend (Kubernetes): an
+// index that caches the store, and commits through CommitLoop.
+type storeBackend struct {
+	ix     *core.Index
+	commit func(ctx context.Context, res *core.Result) (*core.GameServer, error)
+}
+
+func (b *storeBackend) Allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
+	return allocator.CommitLoop(ctx, b.ix, b, req, now, seed, 3)
+}
+func (b *storeBackend) Commit(ctx context.Context, res *core.Result) (*core.GameServer, error) {
+	return b.commit(ctx, res)
+}
+func (b *storeBackend) Get(k core.Key) (*core.GameServer, bool) { return b.ix.Get(k) }
+func (b *storeBackend) Allocated() []*core.GameServer          { return nil }
+func (b *storeBackend) Release(context.Context, core.Key, string) (*core.GameServer, error) {
+	return nil, allocator.ErrNotFound
+}
+func (b *storeBackend) Ready() bool { return true }
+
+func newStoreBackend(n int) *storeBackend {
+	b := &storeBackend{ix: core.NewIndex()}
+	for i := range n {
+		b.ix.Upsert(&core.GameServer{Namespace: "default", Name: "gs-" + string(rune('a'+i)), State: core.StateReady, NodeName: "n1", Version: "1"})
+	}
+	return b
+}
+
+func newServiceFor(t *testing.T, b allocator.Backend) *allocator.Service {
+	t.Helper()
+	s, err := allocator.NewService(allocator.Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The caller's deadline bounds the work: a commit that would hang is cut
+// off when the deadline passes, and the answer is DeadlineExceeded.
+func TestDeadlineBoundsWork(t *testing.T) {
+	b := newStoreBackend(2)
+	b.commit = func(ctx context.Context, res *core.Result) (*core.GameServer, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	svc := newServiceFor(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := svc.Allocate(ctx, "dev", &allocation.AllocationRequest{})
+	wantCode(t, err, codes.DeadlineExceeded)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("took %v after a 50ms deadline", d)
+	}
+	// The hold was dropped: both servers are candidates again.
+	b.commit = func(_ context.Context, res *core.Result) (*core.GameServer, error) { return res.GameServer, nil }
+	for range 2 {
+		if _, err := svc.Allocate(context.Background(), "dev", &allocation.AllocationRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A deadline already passed does no work at all.
+	done, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	_, err = svc.Allocate(done, "dev", &allocation.AllocationRequest{})
+	wantCode(t, err, codes.Canceled)
+}
+
+// Commits that keep losing races end as Aborted (Agones' Contention) after
+// the retries, with the fresh state put back into the index each time.
+func TestContentionIsAborted(t *testing.T) {
+	b := newStoreBackend(3)
+	var commits atomic.Int32
+	b.commit = func(_ context.Context, res *core.Result) (*core.GameServer, error) {
+		commits.Add(1)
+		fresh := *res.Previous
+		fresh.Version = "2" // someone else wrote it; still Ready
+		return nil, &allocator.ConflictError{Key: res.Previous.Key(), Fresh: &fresh}
+	}
+	svc := newServiceFor(t, b)
+	_, err := svc.Allocate(context.Background(), "dev", &allocation.AllocationRequest{})
+	wantCode(t, err, codes.Aborted)
+	if !strings.Contains(status.Convert(err).Message(), "contention") {
+		t.Errorf("unclear message: %v", err)
+	}
+	if got := commits.Load(); got != 4 {
+		t.Errorf("%d commits, want 4 (1 + 3 retries)", got)
+	}
+	if got := testutil.ToFloat64(svc.Metrics().Retries.WithLabelValues("default", "")); got != 3 {
+		t.Errorf("retries = %v, want 3", got)
+	}
+
+	// A conflict then a success: allocated, one retry counted.
+	var n atomic.Int32
+	b.commit = func(_ context.Context, res *core.Result) (*core.GameServer, error) {
+		if n.Add(1) == 1 {
+			return nil, &allocator.ConflictError{Key: res.Previous.Key()} // gone
+		}
+		return res.GameServer, nil
+	}
+	if _, err := svc.Allocate(context.Background(), "dev", &allocation.AllocationRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(svc.Metrics().Retries.WithLabelValues("default", "")); got != 4 {
+		t.Errorf("retries = %v, want 4 (3 + 1)", got)
+	}
+	if _, ok := b.ix.Get(core.Key{Namespace: "default", Name: "gs-a"}); ok {
+		t.Errorf("a server reported gone by the store is still in the index")
+	}
+	// Any other commit error is Internal, and the hold is dropped.
+	b.commit = func(context.Context, *core.Result) (*core.GameServer, error) { return nil, errors.New("store down") }
+	_, err = svc.Allocate(context.Background(), "dev", &allocation.AllocationRequest{})
+	wantCode(t, err, codes.Internal)
+}
