@@ -307,6 +307,30 @@ var _ = Describe("a local cluster", Ordered, func() {
 		Expect(strings.TrimSpace(string(out))).To(Equal("gameserverallocationpolicy.multicluster.agones.dev/east"))
 	})
 
+	It("runs more clusters side by side, each on its own ports and directory", func(ctx SpecContext) {
+		more, err := kindcluster.StartMany(ctx, []kindcluster.Options{
+			{Name: "east", EtcdUnsafeNoFsync: true}, {Name: "west", EtcdUnsafeNoFsync: true},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { Expect(kindcluster.StopAll(more)).To(Succeed()) })
+		seen := map[string]bool{cluster.Server(): true, cluster.Dir(): true}
+		for _, c := range more {
+			Expect(seen).NotTo(HaveKey(c.Server()))
+			Expect(seen).NotTo(HaveKey(c.Dir()))
+			seen[c.Server()], seen[c.Dir()] = true, true
+			d, err := c.Dynamic()
+			Expect(err).NotTo(HaveOccurred())
+			// Each cluster is its own world: gs-1 exists only in the suite's.
+			_, err = d.Resource(gameServers).Namespace(ns).Get(ctx, "gs-1", metav1.GetOptions{})
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s: %v", c.Name(), err)
+		}
+		Expect(kindcluster.StopAll(more)).To(Succeed())
+		for _, c := range more {
+			_, err := os.Stat(c.Dir())
+			Expect(errors.Is(err, os.ErrNotExist)).To(BeTrue())
+		}
+	}, NodeTimeout(5*time.Minute))
+
 	It("stops without leaving a process or a directory behind", func() {
 		etcdPID, apiPID := cluster.Pids()
 		dir := cluster.Dir()
