@@ -65,8 +65,9 @@ type Index struct {
 	levels    rng // skiplist levels: deterministic, independent of requests
 
 	// spread is how many of the first Packed matches a choice is drawn
-	// from (1: the first, exact Packed).
-	spread int
+	// from (1: the first, exact Packed); shard of shards is this replica's
+	// preferred share of them (shards <= 1: no preference).
+	spread, shard, shards int
 
 	// scratch space reused across allocations (guarded by mu)
 	heap  []cursor
@@ -89,6 +90,7 @@ type groupKey struct {
 }
 
 type entry struct {
+	hash    uint64 // nameHash of the name, for replica shards
 	gs      *GameServer
 	node    *nodeInfo
 	held    bool
@@ -160,6 +162,32 @@ func (ix *Index) SetPackedSpread(n int) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.spread = max(n, 1)
+}
+
+// SetReplicaShard gives this index's replica (shard of shards, counting from
+// 0) a preferred share of the servers: among the first n Packed matches
+// (SetPackedSpread), it takes the first whose name hashes to its shard, and
+// only when there is none a seeded-random one. Replicas configured with
+// different shards then want disjoint servers and rarely conflict, while
+// still packing within the best n. shards <= 1 turns the preference off.
+func (ix *Index) SetReplicaShard(shard, shards int) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if shards <= 1 || shard < 0 {
+		ix.shard, ix.shards = 0, 0
+		return
+	}
+	ix.shard, ix.shards = shard%shards, shards
+}
+
+// nameHash is FNV-1a: a stable hash, so every replica agrees on shards.
+func nameHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // Len is the number of servers in the index, in any state.
@@ -306,7 +334,7 @@ func (ix *Index) upsert(gs *GameServer) {
 	k := gs.Key()
 	e := ix.entries[k]
 	if e == nil {
-		e = &entry{}
+		e = &entry{hash: nameHash(gs.Name)}
 		ix.entries[k] = e
 	} else {
 		ix.unlink(e)
@@ -633,6 +661,13 @@ func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
 		found := ix.collectPacked(g, sel, ix.spread)
 		if len(found) == 0 {
 			return nil
+		}
+		if ix.shards > 1 {
+			for _, e := range found {
+				if e.hash%uint64(ix.shards) == uint64(ix.shard) {
+					return e
+				}
+			}
 		}
 		return found[r.intN(uint64(len(found)))]
 	case len(req.Priorities) == 0:

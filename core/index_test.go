@@ -327,3 +327,55 @@ func TestPackedSpread(t *testing.T) {
 		t.Fatalf("spread 1 picked %s, want %s", res.Previous.Name, cands[0].Name)
 	}
 }
+
+// TestReplicaShards checks that replicas with different shards choose
+// different servers from the same fleet while picking within the spread,
+// and fall back to any of the spread when their shard has none there.
+func TestReplicaShards(t *testing.T) {
+	req := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{FleetLabel: "f"}}}})
+	var replicas []*Index
+	ref := newNaive()
+	for r := range 3 {
+		ix := NewIndex()
+		ix.SetPackedSpread(12)
+		ix.SetReplicaShard(r, 3)
+		replicas = append(replicas, ix)
+	}
+	for i := range 60 {
+		gs := ready(fmt.Sprintf("gs-%02d", i), fmt.Sprintf("n%d", i%6), FleetLabel, "f")
+		ref.upsert(gs)
+		for _, ix := range replicas {
+			ix.Upsert(gs)
+		}
+	}
+	cands, _ := ref.candidates(req)
+	top := map[string]bool{}
+	for _, c := range cands[:12] {
+		top[c.Name] = true
+	}
+	picked := map[string]int{}
+	for r, ix := range replicas {
+		res, err := ix.Allocate(req, t0, uint64(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !top[res.Previous.Name] {
+			t.Fatalf("replica %d picked %s outside the spread", r, res.Previous.Name)
+		}
+		if int(nameHash(res.Previous.Name)%3) != r {
+			t.Fatalf("replica %d picked %s from another shard although its own had one", r, res.Previous.Name)
+		}
+		picked[res.Previous.Name]++
+	}
+	if len(picked) != 3 {
+		t.Fatalf("replicas wanted the same server: %v", picked)
+	}
+	// A shard with nothing in the spread still gets a server.
+	one := NewIndex()
+	one.SetPackedSpread(2)
+	one.SetReplicaShard(0, 1000)
+	one.Upsert(ready("only", "n1", FleetLabel, "f"))
+	if _, err := one.Allocate(req, t0, 0); err != nil {
+		t.Fatalf("fallback: %v", err)
+	}
+}

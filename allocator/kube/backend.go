@@ -46,7 +46,11 @@ type Config struct {
 	// the best matches (core.Index.SetPackedSpread), so that several
 	// replicas stop racing for the same server. 0 or 1: exact Packed.
 	PackedSpread int
-	Logger       *slog.Logger
+	// ReplicaShard of Replicas: this replica's preferred share of the best
+	// PackedSpread matches (core.Index.SetReplicaShard). Give each replica
+	// a different shard (a StatefulSet ordinal) so they rarely race.
+	ReplicaShard, Replicas int
+	Logger                 *slog.Logger
 }
 
 // Defaults for Config.
@@ -116,6 +120,7 @@ func New(cfg Config) (*Backend, error) {
 		raw:    map[core.Key]*unstructured.Unstructured{},
 	}
 	b.ix.SetPackedSpread(cfg.PackedSpread)
+	b.ix.SetReplicaShard(cfg.ReplicaShard, cfg.Replicas)
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, 0, cfg.Namespace, nil)
 	b.informer = factory.ForResource(GameServerResource).Informer()
 	if _, err := b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{

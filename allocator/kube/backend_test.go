@@ -109,10 +109,10 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(got.GetLabels()).To(Equal(map[string]string{core.FleetLabel: "green", "mode": "duel"}))
 		Expect(got.GetAnnotations()).To(Equal(map[string]string{"agones.dev/sdk-version": "1.60.0", "map": "dust", core.LastAllocatedAnnotation: "2026-11-22T03:00:00Z"}))
-		Expect(unstructured.NestedString(got.Object, "status", "state")).To(Equal("Allocated"))
-		Expect(unstructured.NestedInt64(got.Object, "status", "counters", "rooms", "count")).To(Equal(int64(1)))
-		Expect(unstructured.NestedStringSlice(got.Object, "status", "lists", "players", "values")).To(Equal([]string{"p1"}))
-		Expect(unstructured.NestedInt64(got.Object, "status", "lists", "players", "capacity")).To(Equal(int64(5)))
+		Expect(nestedString(got.Object, "status", "state")).To(Equal("Allocated"))
+		Expect(nestedInt64(got.Object, "status", "counters", "rooms", "count")).To(Equal(int64(1)))
+		Expect(nestedStringSlice(got.Object, "status", "lists", "players", "values")).To(Equal([]string{"p1"}))
+		Expect(nestedInt64(got.Object, "status", "lists", "players", "capacity")).To(Equal(int64(5)))
 		Expect(a.GameServer.Version).To(Equal(got.GetResourceVersion()))
 
 		// Everything else is exactly as it was.
@@ -199,15 +199,19 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).To(MatchError(allocator.ErrNotFound))
 	})
 
-	DescribeTable("never allocates a server twice with three replicas under concurrent load", func(spread int) {
+	DescribeTable("never allocates a server twice with three replicas under concurrent load", func(spread int, sharded bool) {
 		const servers, workers = 300, 8
 		ns := newNamespace(ctx)
 		for i := range servers {
 			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%10)))
 		}
 		var replicas []*kube.Backend
-		for range 3 {
-			b, err := kube.New(kube.Config{REST: cluster.RESTConfig(), Namespace: ns, PackedSpread: spread})
+		for r := range 3 {
+			cfg := kube.Config{REST: cluster.RESTConfig(), Namespace: ns, PackedSpread: spread}
+			if sharded {
+				cfg.ReplicaShard, cfg.Replicas = r, 3
+			}
+			b, err := kube.New(cfg)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(b.Start(ctx)).To(Succeed())
 			replicas = append(replicas, b)
@@ -256,18 +260,19 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(list.Items).To(HaveLen(servers))
 		for _, u := range list.Items {
-			Expect(unstructured.NestedString(u.Object, "status", "state")).To(Equal("Allocated"))
+			Expect(nestedString(u.Object, "status", "state")).To(Equal("Allocated"))
 			Expect(u.GetAnnotations()[core.LastAllocatedAnnotation]).To(Equal(won[u.GetName()]), u.GetName())
 		}
 		var conflicts int64
 		for _, r := range replicas {
 			conflicts += r.Conflicts()
 		}
-		AddReportEntry(fmt.Sprintf("3 replicas x %d workers, %d servers, Packed spread %d", workers, servers, spread),
+		AddReportEntry(fmt.Sprintf("3 replicas x %d workers, %d servers, Packed spread %d, sharded %v", workers, servers, spread, sharded),
 			fmt.Sprintf("%d conflicts, %d Contention answers", conflicts, contention.Load()))
 	},
-		Entry("exact Packed", 1),
-		Entry("Packed spread over the best 8", 8),
+		Entry("exact Packed", 1, false),
+		Entry("Packed spread over the best 8", 8, false),
+		Entry("replica shards within the best 32", 32, true),
 	)
 })
 
@@ -275,4 +280,26 @@ func mustJSON(v any) string {
 	b, err := json.Marshal(v)
 	Expect(err).NotTo(HaveOccurred())
 	return string(b)
+}
+
+// nestedString and friends read a field that must exist and have the type.
+func nestedString(obj map[string]any, path ...string) string {
+	v, found, err := unstructured.NestedString(obj, path...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(1, found).To(BeTrue(), "field %v", path)
+	return v
+}
+
+func nestedInt64(obj map[string]any, path ...string) int64 {
+	v, found, err := unstructured.NestedInt64(obj, path...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(1, found).To(BeTrue(), "field %v", path)
+	return v
+}
+
+func nestedStringSlice(obj map[string]any, path ...string) []string {
+	v, found, err := unstructured.NestedStringSlice(obj, path...)
+	ExpectWithOffset(1, err).NotTo(HaveOccurred())
+	ExpectWithOffset(1, found).To(BeTrue(), "field %v", path)
+	return v
 }
