@@ -166,6 +166,8 @@ type Report struct {
 type Options struct {
 	// Progress is called now and then with the virtual time reached.
 	Progress func(now, total time.Duration, events uint64)
+	// Stop is polled now and then; true ends the run with sim.ErrStopped.
+	Stop func() bool
 }
 
 // Run simulates the scenario and checks its expectations.
@@ -178,6 +180,7 @@ func (s *Scenario) Run(opt Options) (*Report, error) {
 		total := cfg.Duration
 		cfg.Progress = func(now time.Duration, events uint64) { opt.Progress(now, total, events) }
 	}
+	cfg.Stop = opt.Stop
 	res, err := sim.Run(cfg)
 	if err != nil {
 		return nil, err

@@ -41,6 +41,10 @@ type Config struct {
 	// 1<<20) with the virtual time reached; it must not touch the run.
 	Progress      func(now time.Duration, events uint64)
 	ProgressEvery uint64
+	// Stop, when set, is polled as often as Progress; returning true ends
+	// the run early with ErrStopped (an interrupted command, a test's
+	// deadline).
+	Stop func() bool
 }
 
 // ClusterConfig is one cluster: its nodes, API server, allocator replicas

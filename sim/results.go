@@ -58,7 +58,10 @@ type ClusterResult struct {
 	Share float64 `json:"share"`
 	// SuccessRate is Allocated over the tries the cluster answered.
 	SuccessRate float64 `json:"successRate"`
-	Latency Latency `json:"latency"`
+	// RetriesPerAllocation is Retries over Allocated: how much a stale
+	// cache costs per success.
+	RetriesPerAllocation float64 `json:"retriesPerAllocation"`
+	Latency              Latency `json:"latency"`
 	// MeanAllocated is the time-average number of Allocated servers
 	// (Little's law: arrival rate accepted × mean session).
 	MeanAllocated float64 `json:"meanAllocated"`
@@ -181,17 +184,18 @@ func (w *world) results() *Results {
 		cfg := cl.cfg
 		nh := cl.nodeArea / float64(time.Hour)
 		cr := ClusterResult{
-			Provider:          cfg.Provider,
-			Region:            cfg.Region,
-			clusterCounters:   cl.m,
-			Share:             ratio(float64(cl.m.Allocated), float64(t.allocated)),
-			SuccessRate:       float64(cl.m.Allocated) / max(1, float64(cl.m.Allocated+cl.m.UnAllocated+cl.m.Contention)),
-			Latency:           cl.lat.summary(),
-			MeanAllocated:     round4(cl.allocArea / dur),
-			PackingEfficiency: 1,
-			NodeHours:         round4(nh),
-			Cost:              round4(nh * cfg.CostPerNodeHour),
-			Servers:           len(cl.servers),
+			Provider:             cfg.Provider,
+			Region:               cfg.Region,
+			clusterCounters:      cl.m,
+			Share:                ratio(float64(cl.m.Allocated), float64(t.allocated)),
+			SuccessRate:          float64(cl.m.Allocated) / max(1, float64(cl.m.Allocated+cl.m.UnAllocated+cl.m.Contention)),
+			Latency:              cl.lat.summary(),
+			RetriesPerAllocation: ratio(float64(cl.m.Retries), float64(cl.m.Allocated)),
+			MeanAllocated:        round4(cl.allocArea / dur),
+			PackingEfficiency:    1,
+			NodeHours:            round4(nh),
+			Cost:                 round4(nh * cfg.CostPerNodeHour),
+			Servers:              len(cl.servers),
 		}
 		if cl.packUsed > 0 {
 			cr.PackingEfficiency = round4(cl.packMin / cl.packUsed)

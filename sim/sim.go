@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -180,9 +181,14 @@ func Run(cfg *Config) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.run()
+	if !w.run() {
+		return nil, ErrStopped
+	}
 	return w.results(), nil
 }
+
+// ErrStopped is returned when Config.Stop ended a run.
+var ErrStopped = errors.New("sim: run stopped before its end")
 
 func newWorld(cfg *Config) (*world, error) {
 	w := &world{cfg: cfg, end: int64(cfg.Duration), byName: map[string]int{}}
@@ -311,7 +317,7 @@ func (w *world) startStream(i int) {
 	}
 }
 
-func (w *world) run() {
+func (w *world) run() bool {
 	every := w.cfg.ProgressEvery
 	if every == 0 {
 		every = 1 << 20
@@ -320,8 +326,13 @@ func (w *world) run() {
 		e := w.q.pop()
 		w.now = e.at
 		w.events++
-		if w.cfg.Progress != nil && w.events%every == 0 {
-			w.cfg.Progress(time.Duration(w.now), w.events)
+		if w.events%every == 0 {
+			if w.cfg.Progress != nil {
+				w.cfg.Progress(time.Duration(w.now), w.events)
+			}
+			if w.cfg.Stop != nil && w.cfg.Stop() {
+				return false
+			}
 		}
 		switch e.kind {
 		case evArrival:
@@ -353,6 +364,7 @@ func (w *world) run() {
 	for _, cl := range w.clusters {
 		w.account(cl)
 	}
+	return true
 }
 
 // --- requests -------------------------------------------------------------
@@ -710,6 +722,9 @@ func (w *world) deleteServer(cl *cluster, slot int32) {
 		cl.nodesInUse--
 	}
 	w.propagate(cl, slot, sv.gs, true)
+	// The deliveries keep what they need; a slot must not keep a dead
+	// server's object alive for the rest of the run.
+	sv.gs = nil
 }
 
 // reconcile creates or deletes servers of f until it has want (Allocated

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -60,6 +61,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	tuneGC()
 	opt := scenarios.Options{}
 	start := time.Now()
 	if !*quiet {
@@ -73,9 +75,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}
 	}
-	// The run is one uninterruptible computation; a signal still stops the
-	// process as usual.
-	_ = ctx
+	// A signal (Ctrl-C) cancels ctx; the run notices within a moment.
+	opt.Stop = func() bool { return ctx.Err() != nil }
 	rep, err := sc.Run(opt)
 	if err != nil {
 		return err
@@ -166,4 +167,17 @@ func bounds(c scenarios.Check) string {
 		parts = append(parts, fmt.Sprintf("<= %v", *c.Max))
 	}
 	return strings.Join(parts, " and ")
+}
+
+// tuneGC trades memory for speed unless the user chose GOGC/GOMEMLIMIT: a
+// simulation's live heap is its cached indexes, which change slowly, while
+// every allocation produces short-lived garbage; collecting at 4x the live
+// heap (but before 2 GiB) halves the time spent in the collector.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(2 << 30)
+	}
 }
