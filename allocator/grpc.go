@@ -15,6 +15,14 @@ import (
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 )
 
+// RegisterGRPC registers the allocation and admin services of svc on a
+// grpc.Server of the caller's own (Server does this for its listeners),
+// identifying callers through t.
+func RegisterGRPC(s *grpc.Server, svc *Service, t *mtls.Server) {
+	allocation.RegisterAllocationServiceServer(s, &grpcAllocation{svc: svc, tls: t})
+	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
+}
+
 // grpcAllocation is allocation.AllocationService, exactly Agones' API.
 type grpcAllocation struct {
 	allocation.UnimplementedAllocationServiceServer

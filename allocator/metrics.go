@@ -3,6 +3,8 @@ package allocator
 import (
 	"sync"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,6 +20,38 @@ type Metrics struct {
 	AdminCalls  *prometheus.CounterVec // method, code
 	nsLabels    boundedLabels
 	fleetLabels boundedLabels
+	cache       sync.Map // seriesKey → *series
+}
+
+// series are the metrics one outcome updates, looked up once per (namespace,
+// fleet, code) rather than by label values on every request.
+type series struct {
+	latency prometheus.Observer
+	outcome prometheus.Counter
+	retries prometheus.Counter
+}
+
+type seriesKey struct {
+	ns, fleet string
+	code      codes.Code
+}
+
+func (m *Metrics) series(ns, fleet string, code codes.Code) *series {
+	k := seriesKey{ns, fleet, code}
+	if s, ok := m.cache.Load(k); ok {
+		return s.(*series)
+	}
+	nsl, fl := m.nsLabels.get(ns), m.fleetLabels.get(fleet)
+	s := &series{
+		latency: m.Latency.WithLabelValues(nsl, fl),
+		outcome: m.Outcomes.WithLabelValues(nsl, fl, code.String()),
+		retries: m.Retries.WithLabelValues(nsl, fl),
+	}
+	if nsl != OtherLabel && fl != OtherLabel {
+		// Only bounded label values are cached, so the cache is bounded too.
+		m.cache.Store(k, s)
+	}
+	return s
 }
 
 // LatencyBuckets start at 50 µs: an allocation on the memory backend takes

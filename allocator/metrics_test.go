@@ -48,14 +48,19 @@ func TestMetricsValues(t *testing.T) {
 	if got := testutil.ToFloat64(m.InFlight); got != 0 {
 		t.Errorf("in flight after all calls = %v, want 0", got)
 	}
-	// The histogram counted every request, in the namespace/fleet series.
+	// Series exist from their first request on, at 0 when nothing happened
+	// (the memory backend never retries), so rate() works from the start.
 	const want = `
 # HELP qm_allocator_allocation_retries_total Allocation commits that lost a race and were retried, by namespace and fleet.
 # TYPE qm_allocator_allocation_retries_total counter
+qm_allocator_allocation_retries_total{fleet="",namespace="default"} 0
+qm_allocator_allocation_retries_total{fleet="other",namespace="other"} 0
+qm_allocator_allocation_retries_total{fleet="rooms",namespace="default"} 0
 `
 	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(want), "qm_allocator_allocation_retries_total"); err != nil {
 		t.Error(err)
 	}
+	// The histogram counted every request, in the namespace/fleet series.
 	if n := histogramCount(t, h, "default", "rooms"); n != 2 {
 		t.Errorf("latency count for default/rooms = %d, want 2", n)
 	}

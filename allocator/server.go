@@ -21,7 +21,6 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
-	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 )
 
 // Defaults for ServerOptions.
@@ -91,8 +90,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 		creds = mtls.HandshakenCredentials()
 	}
 	s.grpc = newGRPCServer(creds, o, s.log)
-	allocation.RegisterAllocationServiceServer(s.grpc, &grpcAllocation{svc: o.Service, tls: o.TLS})
-	qmv1.RegisterAllocationAdminServer(s.grpc, &grpcAdmin{svc: o.Service, tls: o.TLS})
+	RegisterGRPC(s.grpc, o.Service, o.TLS)
 	s.hs = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.hs)
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,19 @@ type Service struct {
 	seq         atomic.Uint64
 	unallocated codes.Code
 	timeout     time.Duration
+	// instant: the backend never waits (InstantBackend), so a request
+	// without a deadline needs no timer armed to bound it.
+	instant bool
+
+	ownerMaps  sync.Map // identity → map[string]string{OwnerAnnotation: identity}
+	ownerMapsN atomic.Int64
+}
+
+// InstantBackend is implemented by backends whose Allocate never blocks
+// (the memory backend). For them the service does not arm its default
+// deadline, a timer per request that would bound nothing.
+type InstantBackend interface {
+	Instant() bool
 }
 
 // NewService builds a Service.
@@ -83,6 +97,9 @@ func NewService(o Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if ib, ok := o.Backend.(InstantBackend); ok {
+		s.instant = ib.Instant()
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
@@ -140,11 +157,11 @@ func (s *Service) observe(ctx context.Context, identity string, start time.Time,
 	if err != nil {
 		code = status.Code(err)
 	}
-	nsl, fl := m.nsLabels.get(ns), m.fleetLabels.get(fleet)
-	m.Latency.WithLabelValues(nsl, fl).Observe(time.Since(start).Seconds())
-	m.Outcomes.WithLabelValues(nsl, fl, code.String()).Inc()
+	ser := m.series(ns, fleet, code)
+	ser.latency.Observe(time.Since(start).Seconds())
+	ser.outcome.Inc()
 	if retries > 0 {
-		m.Retries.WithLabelValues(nsl, fl).Add(float64(retries))
+		ser.retries.Add(float64(retries))
 	}
 	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "allocation failed",
@@ -192,14 +209,8 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	defer func() { h.done(got) }()
 
 	// Ownership goes on the server itself, after the caller's annotations
-	// so that it cannot be forged. The map is copied: the caller's message
-	// may still be in use.
-	ann := make(map[string]string, len(req.Metadata.Annotations)+1)
-	for k, v := range req.Metadata.Annotations {
-		ann[k] = v
-	}
-	ann[OwnerAnnotation] = identity
-	req.Metadata.Annotations = ann
+	// so that it cannot be forged.
+	req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
 
 	nreq, err := core.Normalize(&req)
 	if err != nil {
@@ -209,8 +220,11 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 		fleet = fl
 	}
 
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	if !s.instant {
+		var cancel context.CancelFunc
+		ctx, cancel = s.bound(ctx)
+		defer cancel()
+	}
 	a, err := s.backend.Allocate(ctx, nreq, s.now(), s.seed())
 	if a != nil {
 		retries = a.Retries
@@ -220,12 +234,33 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	}
 	got = a.GameServer
 	fleet = got.Labels[core.FleetLabel]
-	resp, err := wire.ResponseFromCore(got, wire.SourceLocal)
-	if err != nil {
-		return ns, fleet, nil, retries, status.Error(codes.Internal, err.Error())
-	}
-	return ns, fleet, resp, retries, nil
+	return ns, fleet, responseFor(got, wire.SourceLocal), retries, nil
 }
+
+// withOwner returns annotations plus the owner's. The common request sets
+// no annotations of its own; it gets a map per identity made once (never
+// modified: the core copies annotations into the server it allocates).
+func (s *Service) withOwner(annotations map[string]string, identity string) map[string]string {
+	if len(annotations) == 0 {
+		if m, ok := s.ownerMaps.Load(identity); ok {
+			return m.(map[string]string)
+		}
+		m := map[string]string{OwnerAnnotation: identity}
+		if s.ownerMapsN.Add(1) <= maxOwnerMaps {
+			s.ownerMaps.Store(identity, m)
+		}
+		return m
+	}
+	ann := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	ann[OwnerAnnotation] = identity
+	return ann
+}
+
+// maxOwnerMaps bounds the cached owner maps (one per identity seen).
+const maxOwnerMaps = 10000
 
 // bound gives ctx the service's default deadline when the caller set none:
 // work must always end.

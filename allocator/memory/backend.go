@@ -231,3 +231,7 @@ func (b *Backend) Run(ctx context.Context) {
 func (b *Backend) Step() time.Time {
 	return b.agent.step(b.clock.Now())
 }
+
+// Instant implements allocator.InstantBackend: Allocate takes one lock and
+// never waits on anything else.
+func (b *Backend) Instant() bool { return true }
