@@ -186,8 +186,14 @@ func TestAllocateFlags(t *testing.T) {
 	}
 	for _, bad := range []func() error{
 		func() error { _, err := buildRequest("", nil, "Sideways", nil, nil, nil, nil, nil); return err },
-		func() error { _, err := buildRequest("", nil, "Packed", multiFlag{"novalue"}, nil, nil, nil, nil); return err },
-		func() error { _, err := buildRequest("", nil, "Packed", nil, nil, multiFlag{"rooms=Increment"}, nil, nil); return err },
+		func() error {
+			_, err := buildRequest("", nil, "Packed", multiFlag{"novalue"}, nil, nil, nil, nil)
+			return err
+		},
+		func() error {
+			_, err := buildRequest("", nil, "Packed", nil, nil, multiFlag{"rooms=Increment"}, nil, nil)
+			return err
+		},
 		func() error { return stateFlag{&sels}.Set("Sleeping") },
 		func() error { return selectorFlag{&sels}.Set("=x") },
 	} {
