@@ -18,7 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc/codes"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/allocator/memory"
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/certs"
@@ -59,6 +63,8 @@ type serveFlags struct {
 	hosts                    string
 	disableMTLS, disableTLS  bool
 	backend                  string
+	kubeconfig               string
+	kubeNamespace            string
 	fleets, limits           string
 	unallocated              string
 	logFormat, logLevel      string
@@ -83,7 +89,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.hosts, "hosts", "", "extra comma-separated names/IPs for the development server certificate (localhost and loopback are always in it)")
 	fs.BoolVar(&f.disableMTLS, "insecure-disable-mtls", false, "INSECURE, development only: do not ask for client certificates")
 	fs.BoolVar(&f.disableTLS, "insecure-disable-tls", false, "INSECURE, development only: plaintext, no TLS at all")
-	fs.StringVar(&f.backend, "backend", "memory", "where game servers live: memory")
+	fs.StringVar(&f.backend, "backend", "memory", "where game servers live: memory (embedded, with fleets) or kubernetes (Agones GameServers through the API server)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --backend kubernetes (default: $KUBECONFIG, else in-cluster)")
+	fs.StringVar(&f.kubeNamespace, "watch-namespace", "", "--backend kubernetes: the one namespace to watch (default: all)")
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
 	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits); without it every identity may allocate anywhere")
 	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
@@ -157,17 +165,6 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		return err
 	}
 
-	if f.backend != "memory" {
-		return fmt.Errorf("--backend %q is not available (have: memory)", f.backend)
-	}
-	fleets := memory.DemoConfig()
-	fleetSource := "built-in demo fleets"
-	if f.fleets != "" {
-		if fleets, err = memory.LoadConfig(f.fleets); err != nil {
-			return err
-		}
-		fleetSource = f.fleets
-	}
 	var limits *allocator.LimitsConfig
 	if f.limits != "" {
 		if limits, err = allocator.LoadLimits(f.limits); err != nil {
@@ -179,7 +176,45 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		seed = uint64(time.Now().UnixNano())
 	}
 	log.Info("request seeds", "seed", seed)
-	backend := memory.New(fleets, memory.Options{Seed: seed})
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	var backend allocator.Backend
+	var fleets *memory.Config
+	fleetSource := ""
+	switch f.backend {
+	case "memory":
+		fleets = memory.DemoConfig()
+		fleetSource = "built-in demo fleets"
+		if f.fleets != "" {
+			if fleets, err = memory.LoadConfig(f.fleets); err != nil {
+				return err
+			}
+			fleetSource = f.fleets
+		}
+		mb := memory.New(fleets, memory.Options{Seed: seed})
+		go mb.Run(runCtx)
+		backend = mb
+	case "kubernetes":
+		if f.fleets != "" {
+			return errors.New("--fleets is for the memory backend; with --backend kubernetes the fleets are Agones' own")
+		}
+		restCfg, err := kubeRESTConfig(f.kubeconfig)
+		if err != nil {
+			return err
+		}
+		kb, err := kube.New(kube.Config{REST: restCfg, Namespace: f.kubeNamespace, Logger: log})
+		if err != nil {
+			return err
+		}
+		log.Info("waiting for the GameServer cache to sync")
+		if err := kb.Start(runCtx); err != nil {
+			return fmt.Errorf("starting the kubernetes backend: %w", err)
+		}
+		backend = kb
+	default:
+		return fmt.Errorf("--backend %q is not available (have: memory, kubernetes)", f.backend)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -206,10 +241,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		return err
 	}
 
-	runCtx, stopRun := context.WithCancel(context.Background())
-	defer stopRun()
 	go tlsSrv.Run(runCtx)
-	go backend.Run(runCtx)
 	srv.Start()
 
 	grpcAddr, restAddr, httpAddr := srv.Addrs()
@@ -235,6 +267,26 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	return err
 }
 
+// kubeRESTConfig loads the API server connection: the kubeconfig given,
+// else $KUBECONFIG, else the in-cluster service account.
+func kubeRESTConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		path = os.Getenv("KUBECONFIG")
+	}
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig or $KUBECONFIG, and not in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
 // clientHost is how a client on this machine reaches addr.
 func clientHost(addr string) string {
 	h, p, err := net.SplitHostPort(addr)
@@ -257,11 +309,15 @@ func printBanner(w io.Writer, mode mtls.Mode, dev bool, certDir, grpcAddr, restA
 	if httpAddr != "" {
 		fmt.Fprintf(w, "  health       http://%s/live  /ready  /metrics\n", clientHost(httpAddr))
 	}
-	fmt.Fprintf(w, "  backend      memory, %s:", fleetSource)
-	for _, fl := range fleets.Fleets {
-		fmt.Fprintf(w, " %s/%s×%d", fl.Namespace, fl.Name, fl.Replicas)
+	if fleets != nil {
+		fmt.Fprintf(w, "  backend      memory, %s:", fleetSource)
+		for _, fl := range fleets.Fleets {
+			fmt.Fprintf(w, " %s/%s×%d", fl.Namespace, fl.Name, fl.Replicas)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "  backend      kubernetes (Agones GameServers)")
 	}
-	fmt.Fprintln(w)
 	self, _ := os.Executable()
 	qm := "qm"
 	if self != "" && filepath.Base(self) == "qm" {
