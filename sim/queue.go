@@ -12,7 +12,7 @@ type event struct {
 	id   int32 // request, server slot, stream or fleet, by kind
 }
 
-// queue is a binary min-heap of events ordered by (at, seq).
+// queue is a min-heap of events ordered by (at, seq).
 type queue struct {
 	h   []event
 	seq uint64
@@ -27,6 +27,10 @@ func less(a, b *event) bool {
 	return a.seq < b.seq
 }
 
+// The heap is 4-ary: half as deep as a binary one, and a node's children
+// share a cache line or two, which matters with tens of thousands of pending
+// events (one per running session).
+
 // push schedules e; its seq is assigned here.
 func (q *queue) push(e event) {
 	q.seq++
@@ -35,7 +39,7 @@ func (q *queue) push(e event) {
 	h := q.h
 	i := len(h) - 1
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / 4
 		if !less(&e, &h[p]) {
 			break
 		}
@@ -58,13 +62,15 @@ func (q *queue) pop() event {
 	}
 	i := 0
 	for {
-		l := 2*i + 1
-		if l >= last {
+		c := 4*i + 1
+		if c >= last {
 			break
 		}
-		m := l
-		if r := l + 1; r < last && less(&h[r], &h[l]) {
-			m = r
+		m := c
+		for j := c + 1; j < c+4 && j < last; j++ {
+			if less(&h[j], &h[m]) {
+				m = j
+			}
 		}
 		if !less(&h[m], &x) {
 			break
