@@ -238,13 +238,13 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return exitError{code: 2}
 	}
 	if fs.NArg() > 0 {
-		return usageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return usageFail(stderr, "allocate", usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 
 	var req *allocation.AllocationRequest
 	if *requestFile != "" {
 		if len(sels.list)+len(labels)+len(annotations)+len(counters)+len(listAdd)+len(listDel) > 0 {
-			return usageError(stderr, usage, "--request cannot be combined with the request flags (only --namespace may override it)")
+			return usageFail(stderr, "allocate", usage, "--request cannot be combined with the request flags (only --namespace may override it)")
 		}
 		var b []byte
 		var err error
@@ -266,7 +266,7 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		var err error
 		req, err = buildRequest(*namespace, sels.list, *scheduling, labels, annotations, counters, listAdd, listDel)
 		if err != nil {
-			return usageError(stderr, usage, "%v", err)
+			return usageFail(stderr, "allocate", usage, "%v", err)
 		}
 	}
 
@@ -413,4 +413,12 @@ func parsePairs(s, sep string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
+}
+
+// usageFail reports a usage mistake in command name, prints its usage and
+// exits 2.
+func usageFail(stderr io.Writer, name string, usage func(io.Writer), format string, a ...any) error {
+	fmt.Fprintf(stderr, "qm %s: %s\n\n", name, fmt.Sprintf(format, a...))
+	usage(stderr)
+	return exitError{code: 2}
 }

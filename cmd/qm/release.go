@@ -44,7 +44,7 @@ func parseAdminFlags(name, usageText string, fs *flag.FlagSet, args []string, st
 		return nil, exitError{code: 2}
 	}
 	if fs.NArg() > 0 {
-		return nil, usageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return nil, usageFail(stderr, name, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	return usage, nil
 }
@@ -83,7 +83,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return quietHelp(err)
 	}
 	if in.GameServerName == "" {
-		return usageError(stderr, usage, "--name is required")
+		return usageFail(stderr, "release", usage, "--name is required")
 	}
 	out := &qmv1.ReleaseResponse{}
 	if err := adminCall(ctx, &c, allocator.ReleasePath, in, out, func(ctx context.Context, cl qmv1.AllocationAdminClient) (proto.Message, error) {

@@ -120,18 +120,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return exitError{code: 2}
 	}
 	if fs.NArg() > 0 {
-		return usageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return usageFail(stderr, "serve", usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	var code codes.Code
 	if err := code.UnmarshalJSON([]byte(`"` + strings.ToUpper(camelToSnake(f.unallocated)) + `"`)); err != nil {
-		return usageError(stderr, usage, "--unallocated-code %q is not a gRPC code name (e.g. ResourceExhausted)", f.unallocated)
+		return usageFail(stderr, "serve", usage, "--unallocated-code %q is not a gRPC code name (e.g. ResourceExhausted)", f.unallocated)
 	}
 	if f.maxStreams > 1<<31 || f.maxRequestBytes <= 0 {
-		return usageError(stderr, usage, "--max-concurrent-streams and --max-request-bytes must be positive and sensible")
+		return usageFail(stderr, "serve", usage, "--max-concurrent-streams and --max-request-bytes must be positive and sensible")
 	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
-		return usageError(stderr, usage, "%v", err)
+		return usageFail(stderr, "serve", usage, "%v", err)
 	}
 	return serve(ctx, f, code, log, stdout, stderr)
 }
