@@ -1,0 +1,148 @@
+// Package deploy_test checks the manifests in deploy/ against a real API
+// server: that they apply, and that the allocator's RBAC grants what the
+// kubernetes backend does and nothing it does not.
+package deploy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/quartermaster-dev/quartermaster/kindcluster"
+)
+
+const (
+	manifest       = "allocator.yaml"
+	allocatorNS    = "quartermaster"
+	serviceAccount = "system:serviceaccount:quartermaster:qm-allocator"
+)
+
+var gameServers = schema.GroupVersionResource{Group: "agones.dev", Version: "v1", Resource: "gameservers"}
+
+func TestManifest(t *testing.T) {
+	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "deploy", EtcdUnsafeNoFsync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// A server-side dry run of a Namespace does not create it, so the
+	// objects inside it would fail with "namespace not found": the first
+	// dry run checks the Namespace alone (and the CRDs), the second
+	// everything once the Namespace exists. Both run every admission and
+	// strict field validation the API server has.
+	out, err := c.Kubectl(ctx, "apply", "--dry-run=server", "-f", "crds/", "-f", manifest)
+	if err != nil && !strings.Contains(string(out), `namespaces "quartermaster" not found`) {
+		t.Fatalf("dry run: %v", err)
+	}
+	if !strings.Contains(string(out), "namespace/quartermaster created (server dry run)") {
+		t.Fatalf("dry run did not accept the Namespace:\n%s", out)
+	}
+	cs, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: allocatorNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = c.Kubectl(ctx, "apply", "--dry-run=server", "-f", "crds/", "-f", manifest)
+	if err != nil {
+		t.Fatalf("dry run: %v", err)
+	}
+	for _, want := range []string{
+		"serviceaccount/qm-allocator", "clusterrole.rbac.authorization.k8s.io/qm-allocator",
+		"clusterrolebinding.rbac.authorization.k8s.io/qm-allocator", "role.rbac.authorization.k8s.io/qm-allocator-remote-certs",
+		"rolebinding.rbac.authorization.k8s.io/qm-allocator-remote-certs", "deployment.apps/qm-allocator", "service/qm-allocator",
+	} {
+		if !strings.Contains(string(out), want+" created (server dry run)") {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+
+	t.Run("rbac", func(t *testing.T) {
+		// Apply for real so the roles exist, then ask as the ServiceAccount.
+		if out, err := c.Kubectl(ctx, "apply", "-f", manifest); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		for _, tc := range []struct {
+			verb, group, resource, ns string
+			allowed                   bool
+		}{
+			// What the kubernetes backend does.
+			{"list", "agones.dev", "gameservers", "", true},
+			{"watch", "agones.dev", "gameservers", "", true},
+			{"get", "agones.dev", "gameservers", "games", true},
+			{"update", "agones.dev", "gameservers", "games", true},
+			{"list", "multicluster.agones.dev", "gameserverallocationpolicies", "games", true},
+			{"watch", "multicluster.agones.dev", "gameserverallocationpolicies", "", true},
+			{"get", "", "secrets", allocatorNS, true},
+			// What it must not.
+			{"delete", "agones.dev", "gameservers", "games", false},
+			{"create", "agones.dev", "gameservers", "games", false},
+			{"patch", "agones.dev", "gameservers", "games", false},
+			{"deletecollection", "agones.dev", "gameservers", "games", false},
+			{"update", "agones.dev", "fleets", "games", false},
+			{"update", "multicluster.agones.dev", "gameserverallocationpolicies", "games", false},
+			{"get", "", "secrets", "games", false},
+			{"get", "", "secrets", "kube-system", false},
+			{"list", "", "secrets", allocatorNS, false},
+			{"list", "", "secrets", "", false},
+			{"create", "", "pods", allocatorNS, false},
+			{"update", "rbac.authorization.k8s.io", "clusterroles", "", false},
+		} {
+			got := canI(ctx, t, cs, tc.verb, tc.group, tc.resource, tc.ns)
+			if got != tc.allowed {
+				t.Errorf("%s %s.%s in %q: allowed=%v, want %v", tc.verb, tc.resource, tc.group, tc.ns, got, tc.allowed)
+			}
+		}
+
+		// And for real, through an impersonating client: the read works,
+		// the delete and a secret elsewhere are Forbidden.
+		cfg := c.RESTConfig()
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + allocatorNS, "system:authenticated"}}
+		dc, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dc.Resource(gameServers).List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("list gameservers as the allocator: %v", err)
+		}
+		if err := dc.Resource(gameServers).Namespace("default").Delete(ctx, "any", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("delete gameserver as the allocator: %v, want Forbidden", err)
+		}
+		ics, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ics.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("list secrets in kube-system as the allocator: %v, want Forbidden", err)
+		}
+	})
+}
+
+// canI asks the API server's authorizer whether the allocator's
+// ServiceAccount may do verb on resource (a SubjectAccessReview: what
+// `kubectl auth can-i --as` does).
+func canI(ctx context.Context, t *testing.T, cs kubernetes.Interface, verb, group, resource, ns string) bool {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   serviceAccount,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + allocatorNS, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: verb, Group: group, Resource: resource,
+		},
+	}}
+	out, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("SubjectAccessReview: %v", err)
+	}
+	return out.Status.Allowed
+}
