@@ -233,6 +233,23 @@ func (s *Scenario) Validate() error {
 		c.add("spec.routing.deadline", "must not be negative")
 	}
 
+	// Bounds on list sizes keep a hostile or mistaken file from turning
+	// into a run that never ends: every list here is walked per event or
+	// per request somewhere.
+	for _, l := range []struct {
+		path string
+		n, max int
+	}{
+		{"spec.policies", len(sp.Policies), 1000},
+		{"spec.workload", len(sp.Workload), 100},
+		{"spec.faults", len(sp.Faults), 1000},
+		{"spec.phases", len(sp.Phases), 100},
+		{"spec.expectations", len(sp.Expectations), 1000},
+	} {
+		if l.n > l.max {
+			c.add(l.path, "at most %d entries", l.max)
+		}
+	}
 	clusters := map[string]bool{}
 	if len(sp.Clusters) == 0 {
 		c.add("spec.clusters", "at least one cluster is needed")
@@ -240,7 +257,7 @@ func (s *Scenario) Validate() error {
 	if len(sp.Clusters) > 64 {
 		c.add("spec.clusters", "at most 64 clusters")
 	}
-	totalSlots := 0
+	totalSlots, cached := 0, 0
 	for i, cl := range sp.Clusters {
 		p := fmt.Sprintf("spec.clusters[%d]", i)
 		c.name(p+".name", cl.Name)
@@ -317,12 +334,19 @@ func (s *Scenario) Validate() error {
 				}
 			}
 		}
+		if len(cl.Fleets) > 100 {
+			c.add(p+".fleets", "at most 100 fleets per cluster")
+		}
+		cached += want * max(*a.Replicas, 1)
 		if slots > 0 && want > slots {
 			c.add(p+".fleets", "%d replicas do not fit on %d nodes of %d slots", want, cl.Nodes.Count, cl.Nodes.Slots)
 		}
 	}
 	if totalSlots > 20_000_000 {
 		c.add("spec.clusters", "at most 20 million slots in all")
+	}
+	if cached > 20_000_000 {
+		c.add("spec.clusters", "fleet replicas times allocator replicas come to %d cached servers; the limit is 20 million", cached)
 	}
 
 	policies := map[string]bool{}
@@ -489,6 +513,12 @@ func (c *checker) rate(path string, r Rate, dur time.Duration) {
 		if !finite(*r.Constant) || *r.Constant < 0 || *r.Constant > 1e6 {
 			c.add(path+".constant", "must be 0 to 1e6 requests per second")
 		}
+	}
+	if len(r.Steps) > 1000 {
+		c.add(path+".steps", "at most 1000 steps")
+	}
+	if len(r.Spikes) > 100 {
+		c.add(path+".spikes", "at most 100 spikes")
 	}
 	if len(r.Steps) > 0 {
 		n++
