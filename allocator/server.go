@@ -100,10 +100,13 @@ func NewServer(o ServerOptions) (*Server, error) {
 	s.rest = &http.Server{
 		Handler:           rh,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(o.MaxConcurrentStreams)},
+		// A request body trickled in slowly must not hold a connection
+		// for ever; real ones are a few hundred bytes.
+		ReadTimeout:    30 * time.Second,
+		IdleTimeout:    5 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		HTTP2:          &http.HTTP2Config{MaxConcurrentStreams: int(o.MaxConcurrentStreams)},
 	}
 	if o.RESTAddr == "" {
 		// Connections reach it from the splitter with TLS already done;

@@ -395,7 +395,7 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	}
 	stamp := gs.Annotations[core.LastAllocatedAnnotation]
 	at, _ := wire.AllocatedAt(gs)
-	gone, err := s.backend.Release(ctx, key, stamp)
+	_, err = s.backend.Release(ctx, key, stamp)
 	switch {
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNotAllocated):
 		return nil, notYours
@@ -404,7 +404,6 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	_ = gone
 	return &qmv1.ReleaseResponse{Allocation: wire.AllocationRecord(gs, owner, at)}, nil
 }
 
