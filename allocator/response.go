@@ -11,34 +11,38 @@ import (
 // message, built with fewer allocations. The label and annotation maps are
 // shared with gs instead of copied: GameServers are immutable once in the
 // core, and the response is only read (marshalled) after the handler
-// returns. The ports, addresses and status entries are carved from one
-// backing array each. TestResponseForMatchesWire keeps the two equal.
+// returns. TestResponseForMatchesWire keeps the two equal.
 func responseFor(gs *core.GameServer, source string) *allocation.AllocationResponse {
-	out := &allocation.AllocationResponse{
-		GameServerName: gs.Name,
-		Address:        gs.Address,
-		NodeName:       gs.NodeName,
-		Source:         source,
-		Metadata: &allocation.AllocationResponse_GameServerMetadata{
-			Labels:      nilIfEmpty(gs.Labels),
-			Annotations: nilIfEmpty(gs.Annotations),
-		},
-	}
+	// One allocation for the message, its metadata and (for the usual few)
+	// its ports and addresses.
+	buf := new(responseBuf)
+	out := &buf.resp
+	out.GameServerName, out.Address, out.NodeName, out.Source = gs.Name, gs.Address, gs.NodeName, source
+	buf.meta.Labels, buf.meta.Annotations = nilIfEmpty(gs.Labels), nilIfEmpty(gs.Annotations)
+	out.Metadata = &buf.meta
 	if n := len(gs.Ports); n > 0 {
-		backing := make([]allocation.AllocationResponse_GameServerStatusPort, n)
-		out.Ports = make([]*allocation.AllocationResponse_GameServerStatusPort, n)
-		for i, p := range gs.Ports {
-			backing[i].Name, backing[i].Port = p.Name, p.Port
-			out.Ports[i] = &backing[i]
+		ports, ptrs := buf.ports[:0], buf.portPtrs[:0]
+		if n > len(buf.ports) {
+			ports, ptrs = make([]allocation.AllocationResponse_GameServerStatusPort, 0, n), make([]*allocation.AllocationResponse_GameServerStatusPort, 0, n)
 		}
+		ports = ports[:n]
+		for i, p := range gs.Ports {
+			ports[i].Name, ports[i].Port = p.Name, p.Port
+			ptrs = append(ptrs, &ports[i])
+		}
+		out.Ports = ptrs
 	}
 	if n := len(gs.Addresses); n > 0 {
-		backing := make([]allocation.AllocationResponse_GameServerStatusAddress, n)
-		out.Addresses = make([]*allocation.AllocationResponse_GameServerStatusAddress, n)
-		for i, a := range gs.Addresses {
-			backing[i].Type, backing[i].Address = a.Type, a.Address
-			out.Addresses[i] = &backing[i]
+		addrs, ptrs := buf.addrs[:0], buf.addrPtrs[:0]
+		if n > len(buf.addrs) {
+			addrs, ptrs = make([]allocation.AllocationResponse_GameServerStatusAddress, 0, n), make([]*allocation.AllocationResponse_GameServerStatusAddress, 0, n)
 		}
+		addrs = addrs[:n]
+		for i, a := range gs.Addresses {
+			addrs[i].Type, addrs[i].Address = a.Type, a.Address
+			ptrs = append(ptrs, &addrs[i])
+		}
+		out.Addresses = ptrs
 	}
 	if len(gs.Counters) > 0 {
 		out.Counters = make(map[string]*allocation.AllocationResponse_CounterStatus, len(gs.Counters))
@@ -59,6 +63,16 @@ func responseFor(gs *core.GameServer, source string) *allocation.AllocationRespo
 		}
 	}
 	return out
+}
+
+// responseBuf holds a response and its usual parts in one allocation.
+type responseBuf struct {
+	resp     allocation.AllocationResponse
+	meta     allocation.AllocationResponse_GameServerMetadata
+	ports    [4]allocation.AllocationResponse_GameServerStatusPort
+	portPtrs [4]*allocation.AllocationResponse_GameServerStatusPort
+	addrs    [4]allocation.AllocationResponse_GameServerStatusAddress
+	addrPtrs [4]*allocation.AllocationResponse_GameServerStatusAddress
 }
 
 func nilIfEmpty(m map[string]string) map[string]string {

@@ -22,6 +22,7 @@ func TestResponseForMatchesWire(t *testing.T) {
 			Lists:       map[string]core.List{"players": {Values: []string{"p1", "p2"}, Capacity: 8}, "empty": {Capacity: 1}},
 		},
 		{Name: "empty-maps", Labels: map[string]string{}, Counters: map[string]core.Counter{}},
+		manyPorts(),
 	}
 	for _, gs := range servers {
 		want, err := wire.ResponseFromCore(gs, wire.SourceLocal)
@@ -32,4 +33,13 @@ func TestResponseForMatchesWire(t *testing.T) {
 			t.Errorf("%s:\nresponseFor:      %v\nResponseFromCore: %v", gs.Name, got, want)
 		}
 	}
+}
+
+func manyPorts() *core.GameServer {
+	gs := &core.GameServer{Name: "many-ports"}
+	for i := range 6 {
+		gs.Ports = append(gs.Ports, core.Port{Name: string(rune('a' + i)), Port: int32(7000 + i)})
+		gs.Addresses = append(gs.Addresses, core.Address{Type: "T", Address: string(rune('A' + i))})
+	}
+	return gs
 }
