@@ -2,6 +2,7 @@ package allocator_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -146,6 +147,19 @@ func TestParseLimitsErrors(t *testing.T) {
 	} {
 		if _, err := allocator.ParseLimits([]byte(in)); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestLimitsFixtures(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*limits*.yaml")
+	if len(files) < 2 {
+		t.Fatal("no fixtures")
+	}
+	for _, f := range files {
+		_, err := allocator.LoadLimits(f)
+		if valid := strings.HasPrefix(filepath.Base(f), "valid-"); valid != (err == nil) {
+			t.Errorf("%s: %v", f, err)
 		}
 	}
 }

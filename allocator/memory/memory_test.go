@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +207,24 @@ func TestParseConfig(t *testing.T) {
 	}
 	if err := DemoConfig().defaultAndValidate(); err != nil {
 		t.Errorf("demo config: %v", err)
+	}
+}
+
+// The fixtures: every testdata/valid-*.yaml loads, every invalid-*.yaml is
+// refused with an error naming the file.
+func TestFixtures(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no fixtures")
+	}
+	for _, f := range files {
+		_, err := LoadConfig(f)
+		valid := strings.HasPrefix(filepath.Base(f), "valid-")
+		if valid && err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+		if !valid && (err == nil || !strings.Contains(err.Error(), f)) {
+			t.Errorf("%s: accepted or unnamed: %v", f, err)
+		}
 	}
 }
