@@ -198,4 +198,3 @@ func createMany(ctx context.Context, gss dynamic.ResourceInterface, ns, fleet st
 	wg.Wait()
 	Expect(firstErr).NotTo(HaveOccurred())
 }
-
