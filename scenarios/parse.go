@@ -237,7 +237,7 @@ func (s *Scenario) Validate() error {
 	// into a run that never ends: every list here is walked per event or
 	// per request somewhere.
 	for _, l := range []struct {
-		path string
+		path   string
 		n, max int
 	}{
 		{"spec.policies", len(sp.Policies), 1000},

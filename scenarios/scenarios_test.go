@@ -154,6 +154,7 @@ func TestShippedScenarios(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(f, ".yaml"), func(t *testing.T) {
+			t.Parallel() // independent runs: use both cores
 			s, err := Load(f)
 			if err != nil {
 				t.Fatal(err)

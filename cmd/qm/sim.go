@@ -124,18 +124,20 @@ func printSummary(w io.Writer, rep *scenarios.Report) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	var tries uint64
 	for _, n := range names {
 		c := r.Clusters[n]
+		tries += c.Tries
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f%%\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.2f\t\n",
 			n, c.Provider, c.Tries, c.Allocated, 100*c.Share, c.UnAllocated, c.Contention, c.Unavailable,
 			c.Retries, c.Latency.P50Ms, c.Latency.P99Ms, c.PackingEfficiency, c.NodeHours, c.Cost)
 	}
 	fmt.Fprintf(tw, "total\t\t%d\t%d\t\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.3f\t%.1f\t%.2f\t\n",
-		t.Requests, t.Allocated, t.UnAllocated, t.Contention, t.Unavailable, t.Retries,
+		tries, t.Allocated, t.UnAllocated, t.Contention, t.Unavailable, t.Retries,
 		t.Latency.P50Ms, t.Latency.P99Ms, t.PackingEfficiency, t.NodeHours, t.Cost)
 	tw.Flush()
-	fmt.Fprintf(w, "\nsuccess rate %.4f%%, deadline exceeded %d, in flight at end %d\n",
-		100*t.SuccessRate, t.DeadlineExceeded, t.InFlight)
+	fmt.Fprintf(w, "\n%d requests: success rate %.4f%%, unAllocated %d, contention %d, unavailable %d, deadline exceeded %d, in flight at end %d\n",
+		t.Requests, 100*t.SuccessRate, t.UnAllocated, t.Contention, t.Unavailable, t.DeadlineExceeded, t.InFlight)
 	if len(rep.Expectations) == 0 {
 		return
 	}
