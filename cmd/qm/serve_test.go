@@ -153,6 +153,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"--tls-dir", t.TempDir()},
 		{"--fleets", "/does/not/exist", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 		{"extra"},
+		{"--backend", "kubernetes", "--kubeconfig", "/does/not/exist", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
+		{"--backend", "kubernetes", "--fleets", "x.yaml", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 	} {
 		var o, e bytes.Buffer
 		if err := commands["serve"].run(context.Background(), args, &o, &e); err == nil {
