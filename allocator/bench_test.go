@@ -276,10 +276,14 @@ func BenchmarkClosedLoop(b *testing.B) {
 	for _, t := range ts {
 		t.lat = newLatencies(4 << 20)
 	}
+	// Per-round ratios: each compares slices run next to each other, so
+	// their median shrugs off a burst of background load in one round.
+	var allocEcho, sharedOwn []float64
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		for r := range *benchRounds {
+			round := map[string]float64{}
 			for i := range ts {
 				t := ts[(i+r)%len(ts)] // rotate who goes first
 				b.StopTimer()
@@ -288,12 +292,18 @@ func BenchmarkClosedLoop(b *testing.B) {
 				b.StartTimer()
 				t0 := time.Now()
 				n := slice(b, t.clients, *benchCallers, *benchSlice, t.lat)
+				d := time.Since(t0)
 				t.calls += n
+				t.elapsed += d
 				env.taken.Add(n)
-				t.elapsed += time.Since(t0)
+				round[t.name] = float64(n) / d.Seconds()
 			}
+			allocEcho = append(allocEcho, round["shared"]/round["echo"])
+			sharedOwn = append(sharedOwn, round["shared"]/round["own"])
 		}
 	}
+	b.ReportMetric(median(allocEcho), "alloc/echo-median")
+	b.ReportMetric(median(sharedOwn), "shared/own-median")
 	rate := map[string]float64{}
 	for _, t := range ts {
 		rate[t.name] = float64(t.calls) / t.elapsed.Seconds()
@@ -360,7 +370,9 @@ func BenchmarkOpenLoop(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		all := [2]*latencies{newLatencies(1 << 22), newLatencies(1 << 22)}
+		var ratios []float64
 		for r := range *benchRounds / 2 {
+			var p99 [2]time.Duration
 			for i := range 2 {
 				i := (i + r) % 2
 				b.StopTimer()
@@ -375,8 +387,11 @@ func BenchmarkOpenLoop(b *testing.B) {
 				for _, d := range lat.d[:min(int(lat.n.Load()), len(lat.d))] {
 					all[i].add(d)
 				}
+				p99[i] = lat.quantile(0.99)
 			}
+			ratios = append(ratios, float64(p99[1])/float64(p99[0]))
 		}
+		b.ReportMetric(median(ratios), "p99-x-echo-median")
 		for i, name := range []string{"echo", "alloc"} {
 			b.ReportMetric(float64(all[i].quantile(0.5).Microseconds()), name+"-p50-µs")
 			b.ReportMetric(float64(all[i].quantile(0.99).Microseconds()), name+"-p99-µs")
@@ -451,4 +466,13 @@ func startServeHTTP(b *testing.B, env *benchEnv) string {
 	go hs.ServeTLS(ln, "", "")
 	env.stop = append(env.stop, func() { hs.Close() })
 	return ln.Addr().String()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
