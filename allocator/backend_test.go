@@ -131,3 +131,17 @@ func TestContentionIsAborted(t *testing.T) {
 	_, err = svc.Allocate(context.Background(), "dev", &allocation.AllocationRequest{})
 	wantCode(t, err, codes.Internal)
 }
+
+// --unallocated-code: "nothing matches" answers with the configured code.
+func TestUnallocatedCode(t *testing.T) {
+	b := newStoreBackend(0)
+	svc, err := allocator.NewService(allocator.Options{Backend: b, UnallocatedCode: codes.Unavailable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Allocate(context.Background(), "dev", &allocation.AllocationRequest{})
+	wantCode(t, err, codes.Unavailable)
+	if allocator.HTTPStatus(codes.Unavailable) != 503 || allocator.HTTPStatus(codes.ResourceExhausted) != 429 || allocator.HTTPStatus(codes.Aborted) != 409 {
+		t.Error("HTTP status mapping")
+	}
+}
