@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +66,11 @@ type serveFlags struct {
 	backend                  string
 	kubeconfig               string
 	kubeNamespace            string
+	kubeQPS                  float64
+	kubeBurst                int
+	packedSpread             int
+	replicaShard             string
+	replicas                 int
 	fleets, limits           string
 	unallocated              string
 	logFormat, logLevel      string
@@ -92,6 +98,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.backend, "backend", "memory", "where game servers live: memory (embedded, with fleets) or kubernetes (Agones GameServers through the API server)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --backend kubernetes (default: $KUBECONFIG, else in-cluster)")
 	fs.StringVar(&f.kubeNamespace, "watch-namespace", "", "--backend kubernetes: the one namespace to watch (default: all)")
+	fs.Float64Var(&f.kubeQPS, "kube-qps", kube.DefaultQPS, "--backend kubernetes: client-side request rate towards the API server (client-go's default of 5 once capped Agones at a few allocations/s)")
+	fs.IntVar(&f.kubeBurst, "kube-burst", kube.DefaultBurst, "--backend kubernetes: client-side burst towards the API server")
+	fs.IntVar(&f.packedSpread, "packed-spread", 1, "Packed allocations choose among this many of the best matches (1: exact Packed); with several replicas, 8-32 cuts write conflicts")
+	fs.StringVar(&f.replicaShard, "replica-shard", "", "with --replicas: this replica's number (0..replicas-1), or \"hostname\" to take it from a StatefulSet pod name's ordinal suffix; replicas then prefer different servers within --packed-spread")
+	fs.IntVar(&f.replicas, "replicas", 0, "how many allocator replicas share the cluster (for --replica-shard)")
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
 	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits); without it every identity may allocate anywhere")
 	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
@@ -185,7 +196,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	switch f.backend {
 	case "memory":
 		fleets = memory.DemoConfig()
-		fleetSource = "built-in demo fleets"
+		fleetSource = builtinFleetSource
 		if f.fleets != "" {
 			if fleets, err = memory.LoadConfig(f.fleets); err != nil {
 				return err
@@ -203,7 +214,18 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		if err != nil {
 			return err
 		}
-		kb, err := kube.New(kube.Config{REST: restCfg, Namespace: f.kubeNamespace, Logger: log})
+		shard, err := parseReplicaShard(f.replicaShard, f.replicas, os.Hostname)
+		if err != nil {
+			return err
+		}
+		if f.kubeQPS <= 0 || f.kubeBurst <= 0 {
+			return fmt.Errorf("--kube-qps and --kube-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst)
+		}
+		kb, err := kube.New(kube.Config{
+			REST: restCfg, Namespace: f.kubeNamespace, Logger: log,
+			QPS: float32(f.kubeQPS), Burst: f.kubeBurst,
+			PackedSpread: f.packedSpread, ReplicaShard: shard, Replicas: f.replicas,
+		})
 		if err != nil {
 			return err
 		}
@@ -337,7 +359,13 @@ func printBanner(w io.Writer, mode mtls.Mode, dev bool, certDir, grpcAddr, restA
 		certFlags = " --cert CLIENT.crt --key CLIENT.key --cacert CA.crt"
 	}
 	fmt.Fprintf(w, "\nallocate with:\n  %s allocate --addr %s%s\n", qm, clientHost(grpcAddr), certFlags)
-	fmt.Fprintf(w, "  %s allocate --rest --addr %s%s --selector mode=lobby --counter rooms=Increment:1\n", qm, clientHost(restAddr), certFlags)
+	// The selector example only fits the built-in demo fleets; elsewhere
+	// show the plainest request (any Ready server in "default").
+	example := ""
+	if fleets != nil && fleetSource == builtinFleetSource {
+		example = " --selector mode=lobby --counter rooms=Increment:1"
+	}
+	fmt.Fprintf(w, "  %s allocate --rest --addr %s%s%s\n", qm, clientHost(restAddr), certFlags, example)
 	if dev && mode == mtls.ModeMTLS {
 		l := certs.Layout{Dir: certDir}
 		fmt.Fprintf(w, "  curl --cert %s --key %s --cacert %s \\\n    -d '{\"namespace\":\"default\"}' https://%s%s\n",
@@ -396,3 +424,34 @@ func camelToSnake(s string) string {
 	}
 	return b.String()
 }
+
+// parseReplicaShard reads --replica-shard: empty (no shard), a number below
+// replicas, or "hostname" for a StatefulSet pod's ordinal (name-N).
+func parseReplicaShard(v string, replicas int, hostname func() (string, error)) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if replicas < 2 {
+		return 0, fmt.Errorf("--replica-shard needs --replicas of 2 or more, got %d", replicas)
+	}
+	src := v
+	if v == "hostname" {
+		h, err := hostname()
+		if err != nil {
+			return 0, fmt.Errorf("--replica-shard hostname: %w", err)
+		}
+		i := strings.LastIndexByte(h, '-')
+		if i < 0 {
+			return 0, fmt.Errorf("--replica-shard hostname: %q has no -N ordinal suffix (run as a StatefulSet, or give the number)", h)
+		}
+		src = h[i+1:]
+	}
+	n, err := strconv.Atoi(src)
+	if err != nil || n < 0 || n >= replicas {
+		return 0, fmt.Errorf("--replica-shard %q: want a number from 0 to %d", src, replicas-1)
+	}
+	return n, nil
+}
+
+// builtinFleetSource names the demo fleets in the banner.
+const builtinFleetSource = "built-in demo fleets"

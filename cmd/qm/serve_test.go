@@ -204,3 +204,36 @@ func TestAllocateFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestParseReplicaShard(t *testing.T) {
+	host := func(h string) func() (string, error) { return func() (string, error) { return h, nil } }
+	cases := []struct {
+		v        string
+		replicas int
+		host     string
+		want     int
+		wantErr  string
+	}{
+		{"", 0, "x", 0, ""},
+		{"2", 3, "x", 2, ""},
+		{"hostname", 3, "allocator-1", 1, ""},
+		{"3", 3, "x", 0, "from 0 to 2"},
+		{"-1", 3, "x", 0, "from 0 to 2"},
+		{"hostname", 3, "allocator-7", 0, "from 0 to 2"},
+		{"hostname", 3, "allocator", 0, "no -N ordinal"},
+		{"1", 1, "x", 0, "needs --replicas of 2 or more"},
+		{"one", 3, "x", 0, "want a number"},
+	}
+	for _, c := range cases {
+		got, err := parseReplicaShard(c.v, c.replicas, host(c.host))
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%q/%d/%q: err = %v, want %q", c.v, c.replicas, c.host, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q/%d/%q = %d, %v; want %d", c.v, c.replicas, c.host, got, err, c.want)
+		}
+	}
+}
