@@ -100,7 +100,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.kubeNamespace, "watch-namespace", "", "--backend kubernetes: the one namespace to watch (default: all)")
 	fs.Float64Var(&f.kubeQPS, "kube-qps", kube.DefaultQPS, "--backend kubernetes: client-side request rate towards the API server (client-go's default of 5 once capped Agones at a few allocations/s)")
 	fs.IntVar(&f.kubeBurst, "kube-burst", kube.DefaultBurst, "--backend kubernetes: client-side burst towards the API server")
-	fs.IntVar(&f.packedSpread, "packed-spread", 1, "Packed allocations choose among this many of the best matches (1: exact Packed); with several replicas, 8-32 cuts write conflicts")
+	fs.IntVar(&f.packedSpread, "packed-spread", 0, "Packed allocations choose among this many of the best matches (default: 1, exact Packed; 64 with --replica-shard, enough for each replica's writes in flight to find servers of its own shard)")
 	fs.StringVar(&f.replicaShard, "replica-shard", "", "with --replicas: this replica's number (0..replicas-1), or \"hostname\" to take it from a StatefulSet pod name's ordinal suffix; replicas then prefer different servers within --packed-spread")
 	fs.IntVar(&f.replicas, "replicas", 0, "how many allocator replicas share the cluster (for --replica-shard)")
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
@@ -220,6 +220,12 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		}
 		if f.kubeQPS <= 0 || f.kubeBurst <= 0 {
 			return fmt.Errorf("--kube-qps and --kube-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst)
+		}
+		if f.packedSpread == 0 {
+			f.packedSpread = 1
+			if f.replicaShard != "" {
+				f.packedSpread = 64
+			}
 		}
 		kb, err := kube.New(kube.Config{
 			REST: restCfg, Namespace: f.kubeNamespace, Logger: log,
