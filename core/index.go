@@ -93,6 +93,7 @@ type entry struct {
 	hash    uint64 // nameHash of the name, for replica shards
 	gs      *GameServer
 	node    *nodeInfo
+	removed bool // deleted from the index; a Result may still point here
 	held    bool
 	holdSeq uint64
 	in      []membership
@@ -110,16 +111,23 @@ type nodeInfo struct {
 	ready     int
 	allocated int
 	servers   int // entries on this node, any state
-	gns       []*groupNode
+	// gns are this node's groupNodes in ordered groups: the ones a change
+	// of the node's counts must mark for re-sorting.
+	gns []*groupNode
 }
 
 type group struct {
 	key   groupKey
 	all   []*entry
 	nodes map[*nodeInfo]*groupNode
-	order nodeOrder
-	dirty []*groupNode
-	prios []*prioIndex // per priority key, built when a request first uses it
+	// ordered says the group keeps its nodes in Packed order. It starts
+	// false and turns true on the first Packed query; until then node
+	// count changes do not touch the group at all (a group served only
+	// Distributed requests, or none, needs no order).
+	ordered bool
+	order   nodeOrder
+	dirty   []*groupNode
+	prios   []*prioIndex // per priority key, built when a request first uses it
 }
 
 // groupNode is one node's members within one group.
@@ -246,6 +254,7 @@ func (ix *Index) Remove(k Key) bool {
 	ix.count(e.node, e.gs.State, -1)
 	ix.releaseNode(e.node)
 	delete(ix.entries, k)
+	e.removed = true
 	return true
 }
 
@@ -291,8 +300,8 @@ func (ix *Index) Commit(res *Result, committed *GameServer) {
 func (ix *Index) Abort(res *Result) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	e := ix.entries[res.Previous.Key()]
-	if e == nil || !e.held || e.holdSeq != res.hold {
+	e := res.entry
+	if e == nil || e.removed || !e.held || e.holdSeq != res.hold {
 		return
 	}
 	e.held = false
@@ -300,12 +309,16 @@ func (ix *Index) Abort(res *Result) {
 }
 
 func (ix *Index) commit(res *Result, committed *GameServer) {
-	e := ix.entries[res.Previous.Key()]
-	if e == nil || !e.held || e.holdSeq != res.hold {
+	e := res.entry
+	if e == nil || e.removed || !e.held || e.holdSeq != res.hold {
 		return
 	}
 	e.held = false
-	ix.upsert(committed)
+	if committed.Namespace != e.gs.Namespace || committed.Name != e.gs.Name {
+		ix.upsert(committed) // not the same server: treat as any update
+		return
+	}
+	ix.update(e, committed)
 }
 
 func (ix *Index) allocate(req *Request, now time.Time, seed uint64) (*Result, error) {
@@ -325,6 +338,7 @@ func (ix *Index) allocate(req *Request, now time.Time, seed uint64) (*Result, er
 			Previous:   e.gs,
 			Selector:   i,
 			hold:       e.holdSeq,
+			entry:      e,
 		}, nil
 	}
 	return nil, ErrNoMatch
@@ -336,14 +350,25 @@ func (ix *Index) upsert(gs *GameServer) {
 	if e == nil {
 		e = &entry{hash: nameHash(gs.Name)}
 		ix.entries[k] = e
-	} else {
-		ix.unlink(e)
-		ix.count(e.node, e.gs.State, -1)
-		if e.node.name != gs.NodeName {
-			ix.releaseNode(e.node)
-			e.node = nil
-		}
+		ix.place(e, gs)
+		return
 	}
+	ix.update(e, gs)
+}
+
+// update replaces the server of an existing entry.
+func (ix *Index) update(e *entry, gs *GameServer) {
+	ix.unlink(e)
+	ix.count(e.node, e.gs.State, -1)
+	if e.node.name != gs.NodeName {
+		ix.releaseNode(e.node)
+		e.node = nil
+	}
+	ix.place(e, gs)
+}
+
+// place stores gs in e and files it by node, state and groups.
+func (ix *Index) place(e *entry, gs *GameServer) {
 	e.gs = gs
 	if e.node == nil {
 		e.node = ix.nodeFor(gs.NodeName)
@@ -465,16 +490,21 @@ func (ix *Index) group(k groupKey) *group {
 func (ix *Index) join(e *entry, g *group) {
 	gn := g.nodes[e.node]
 	if gn == nil {
-		gn = &groupNode{g: g, node: e.node, nodePos: len(e.node.gns)}
+		gn = &groupNode{g: g, node: e.node}
 		g.nodes[e.node] = gn
-		e.node.gns = append(e.node.gns, gn)
+		if g.ordered {
+			gn.nodePos = len(e.node.gns)
+			e.node.gns = append(e.node.gns, gn)
+		}
 	}
 	name := e.gs.Name
 	i := sort.Search(len(gn.members), func(i int) bool { return gn.members[i].name >= name })
 	gn.members = append(gn.members, member{})
 	copy(gn.members[i+1:], gn.members[i:])
 	gn.members[i] = member{name: name, e: e}
-	gn.markDirty()
+	if g.ordered {
+		gn.markDirty()
+	}
 	e.in = append(e.in, membership{g: g, gn: gn, pos: len(g.all)})
 	g.all = append(g.all, e)
 	for _, p := range g.prios {
@@ -492,7 +522,11 @@ func (ix *Index) leave(e *entry, m membership) {
 		gn.members[len(gn.members)-1] = member{}
 		gn.members = gn.members[:len(gn.members)-1]
 	}
-	gn.markDirty()
+	if g.ordered {
+		gn.markDirty()
+	} else if len(gn.members) == 0 {
+		delete(g.nodes, gn.node)
+	}
 	last := len(g.all) - 1
 	moved := g.all[last]
 	g.all[m.pos] = moved
@@ -508,8 +542,13 @@ func (ix *Index) leave(e *entry, m membership) {
 	}
 }
 
-// refresh re-sorts the group's dirty nodes and drops nodes left empty.
+// refresh re-sorts the group's dirty nodes and drops nodes left empty; the
+// first call builds the order.
 func (g *group) refresh() {
+	if !g.ordered {
+		g.buildOrder()
+		return
+	}
 	for _, gn := range g.dirty {
 		gn.dirty = false
 		if len(gn.members) == 0 {
@@ -536,6 +575,24 @@ func (g *group) refresh() {
 	g.dirty = g.dirty[:0]
 }
 
+// buildOrder puts every node of the group into Packed order and starts
+// tracking their count changes.
+func (g *group) buildOrder() {
+	g.ordered = true
+	for n, gn := range g.nodes {
+		if len(gn.members) == 0 {
+			delete(g.nodes, n)
+			continue
+		}
+		gn.nodePos = len(n.gns)
+		n.gns = append(n.gns, gn)
+		gn.allocated, gn.ready, gn.head = n.allocated, n.ready, gn.members[0].name
+		g.order.insert(gn)
+		gn.inOrder = true
+	}
+	g.dirty = g.dirty[:0]
+}
+
 func (g *group) dropNode(gn *groupNode) {
 	delete(g.nodes, gn.node)
 	gns := gn.node.gns
@@ -555,7 +612,8 @@ func (ix *Index) driverGroup(ns string, sel *Selector) *group {
 	}
 	base := groupKey{namespace: ns, state: st}
 	var best *group
-	for k, v := range sel.MatchLabels {
+	for _, p := range sel.labelPairs() {
+		k, v := p.key, p.value
 		g := ix.groups[groupKey{ns, st, k, v}]
 		if g == nil {
 			if g = ix.newLabelGroup(base, k, v); g == nil {

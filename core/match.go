@@ -1,5 +1,7 @@
 package core
 
+import "sort"
+
 // Matches reports whether gs satisfies every part of s. The state compared is
 // s.State, with "" meaning Ready (as after Normalize).
 func (s *Selector) Matches(gs *GameServer) bool {
@@ -14,6 +16,9 @@ func (s *Selector) Matches(gs *GameServer) bool {
 // candidates to the right namespace and state, and to servers carrying the
 // label known (whose matchLabels entry needs no second look; "" for none).
 func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
+	if c := s.compiled; c != nil {
+		return c.matches(gs, known)
+	}
 	for k, v := range s.MatchLabels {
 		if k == known {
 			continue
@@ -37,6 +42,86 @@ func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
 	for k, l := range s.Lists {
 		lst, ok := gs.Lists[k]
 		if !ok || !l.matches(lst) {
+			return false
+		}
+	}
+	return true
+}
+
+// compiledSelector is a Selector's maps as sorted slices. Normalize builds
+// it so that testing a candidate ranges over slices: ranging over a Go map
+// draws a random starting point each time, which on the allocation hot path
+// costs more than the test itself.
+type compiledSelector struct {
+	labels   []labelPair
+	exprs    []LabelExpression
+	counters []counterTest
+	lists    []listTest
+}
+
+type labelPair struct{ key, value string }
+
+type counterTest struct {
+	key string
+	sel CounterSelector
+}
+
+type listTest struct {
+	key string
+	sel ListSelector
+}
+
+func compileSelector(s *Selector) *compiledSelector {
+	c := &compiledSelector{}
+	for _, k := range sortedKeys(s.MatchLabels) {
+		c.labels = append(c.labels, labelPair{k, s.MatchLabels[k]})
+	}
+	c.exprs = s.MatchExpressions
+	for _, k := range sortedKeys(s.Counters) {
+		c.counters = append(c.counters, counterTest{k, s.Counters[k]})
+	}
+	for _, k := range sortedKeys(s.Lists) {
+		c.lists = append(c.lists, listTest{k, s.Lists[k]})
+	}
+	return c
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (c *compiledSelector) matches(gs *GameServer, known string) bool {
+	for i := range c.labels {
+		p := &c.labels[i]
+		if p.key == known {
+			continue
+		}
+		got, ok := gs.Labels[p.key]
+		if !ok || got != p.value {
+			return false
+		}
+	}
+	for i := range c.exprs {
+		if !c.exprs[i].matches(gs.Labels) {
+			return false
+		}
+	}
+	for i := range c.counters {
+		t := &c.counters[i]
+		ctr, ok := gs.Counters[t.key]
+		if !ok || !t.sel.matches(ctr) {
+			return false
+		}
+	}
+	for i := range c.lists {
+		t := &c.lists[i]
+		lst, ok := gs.Lists[t.key]
+		if !ok || !t.sel.matches(lst) {
 			return false
 		}
 	}
@@ -121,4 +206,13 @@ func priorityValue(p *Priority, gs *GameServer) (int64, bool) {
 	}
 	c, ok := gs.Counters[p.Key]
 	return c.Available(), ok
+}
+
+// labelPairs returns the selector's matchLabels in key order, without
+// allocating when the selector is compiled.
+func (s *Selector) labelPairs() []labelPair {
+	if s.compiled != nil {
+		return s.compiled.labels
+	}
+	return compileSelector(s).labels
 }

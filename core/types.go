@@ -189,6 +189,10 @@ type Selector struct {
 	State    State
 	Counters map[string]CounterSelector
 	Lists    map[string]ListSelector
+
+	// compiled is set by Normalize: the maps above as slices, for matching
+	// without map iteration. A normalized request must not be modified.
+	compiled *compiledSelector
 }
 
 // Strategy is how the allocator chooses among matching servers.
@@ -321,7 +325,8 @@ type Result struct {
 	// matched.
 	Selector int
 
-	hold uint64 // identifies the index's hold on the server
+	hold  uint64 // identifies the index's hold on the server
+	entry *entry // the held entry, so Commit and Abort need no lookup
 }
 
 // Policy is one GameServerAllocationPolicy: a cluster to try, with its

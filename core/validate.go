@@ -63,7 +63,8 @@ func (v *validator) err() error {
 // defaulted, every selector's state defaulted to Ready, and the deprecated
 // required/preferred selectors turned into the ordered Selectors list
 // (preferred first, then required, which matches every Ready server when it
-// is absent). r itself is not modified. On failure the error is an
+// is absent). r itself is not modified, and the result must not be: it
+// carries a compiled form of its selectors. On failure the error is an
 // *InvalidRequestError naming every bad field.
 func Normalize(r *Request) (*Request, error) {
 	v := &validator{}
@@ -201,6 +202,7 @@ func validateSelector(v *validator, f string, s Selector) Selector {
 		}
 		checkRange(v, lf, "Available", l.MinAvailable, l.MaxAvailable)
 	}
+	s.compiled = compileSelector(&s)
 	return s
 }
 
