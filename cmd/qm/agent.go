@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -53,30 +51,16 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	workers := fs.Int("workers", 8, "API writes in flight at once")
 	qps := fs.Float64("qps", 500, "client-side rate limit towards the API server")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, agentUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return nil
-		}
-		fmt.Fprintf(stderr, "qm agent: %v\n\n", err)
-		usage(stderr)
-		return exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return agentUsageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	usage, ok, err := parseFlags("agent", agentUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	if *nodes <= 0 || *perNode <= 0 || *workers <= 0 || *qps <= 0 || *interval <= 0 || *startup < 0 || *session < 0 {
-		return agentUsageError(stderr, usage, "--nodes, --max-per-node, --workers, --qps and --interval must be positive; --startup and --session not negative")
+		return usageFail(stderr, "agent", usage, "--nodes, --max-per-node, --workers, --qps and --interval must be positive; --startup and --session not negative")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return agentUsageError(stderr, usage, "--log-level %q: %v", *logLevel, err)
+		return usageFail(stderr, "agent", usage, "--log-level %q: %v", *logLevel, err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
@@ -102,11 +86,4 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	s := a.Stats()
 	log.Info("fleet agent stopped", "created", s.Created, "readied", s.Readied, "sessionsEnded", s.SessionsEnded, "deleted", s.Deleted, "conflicts", s.Conflicts)
 	return err
-}
-
-// agentUsageError prints a usage mistake with the usage and exits 2.
-func agentUsageError(stderr io.Writer, usage func(io.Writer), format string, a ...any) error {
-	fmt.Fprintf(stderr, "qm agent: "+format+"\n\n", a...)
-	usage(stderr)
-	return exitError{code: 2}
 }

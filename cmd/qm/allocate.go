@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -222,23 +221,9 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&listAdd, "list-add", "list action NAME=VALUE: add VALUE to list NAME (repeatable)")
 	fs.Var(&listDel, "list-delete", "list action NAME=VALUE: delete VALUE from list NAME (repeatable)")
 	requestFile := fs.String("request", "", "JSON AllocationRequest file (\"-\" for stdin) instead of the request flags")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, allocateUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return nil
-		}
-		fmt.Fprintf(stderr, "qm allocate: %v\n\n", err)
-		usage(stderr)
-		return exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return usageFail(stderr, "allocate", usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	usage, ok, err := parseFlags("allocate", allocateUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 
 	var req *allocation.AllocationRequest
@@ -413,12 +398,4 @@ func parsePairs(s, sep string) (map[string]string, error) {
 		m[k] = v
 	}
 	return m, nil
-}
-
-// usageFail reports a usage mistake in command name, prints its usage and
-// exits 2.
-func usageFail(stderr io.Writer, name string, usage func(io.Writer), format string, a ...any) error {
-	fmt.Fprintf(stderr, "qm %s: %s\n\n", name, fmt.Sprintf(format, a...))
-	usage(stderr)
-	return exitError{code: 2}
 }

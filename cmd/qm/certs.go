@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,28 +47,15 @@ func runCerts(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	validity := fs.Duration("validity", certs.DefaultValidity, "validity of server and client certificates")
 	caValidity := fs.Duration("ca-validity", certs.DefaultCAValidity, "validity of a new CA")
 	force := fs.Bool("force", false, "replace an existing CA and reissue every certificate named")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, certsUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return nil
-		}
-		fmt.Fprintf(stderr, "qm certs: %v\n\n", err)
-		usage(stderr)
-		return exitError{code: 2}
+	usage, ok, err := parseFlags("certs", certsUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return usageError(stderr, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	case *dir == "":
-		return usageError(stderr, usage, "--dir is required")
+		return usageFail(stderr, "certs", usage, "--dir is required")
 	case *validity <= 0 || *caValidity <= 0:
-		return usageError(stderr, usage, "--validity and --ca-validity must be positive")
+		return usageFail(stderr, "certs", usage, "--validity and --ca-validity must be positive")
 	}
 
 	res, err := certs.Generate(certs.GenerateOptions{
@@ -86,12 +72,6 @@ func runCerts(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	printCertsResult(stdout, res, splitList(*clients))
 	return nil
-}
-
-func usageError(stderr io.Writer, usage func(io.Writer), format string, a ...any) error {
-	fmt.Fprintf(stderr, "qm certs: "+format+"\n\n", a...)
-	usage(stderr)
-	return exitError{code: 2}
 }
 
 func splitList(s string) []string {

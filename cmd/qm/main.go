@@ -7,11 +7,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -38,6 +41,40 @@ func register(c command) {
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// parseFlags parses a subcommand's flags the same way for every command.
+// With -h it prints the usage text and the flags to stdout; on a bad flag or
+// a stray argument it prints the mistake and the usage to stderr and returns
+// exit status 2. ok is false in both cases (err is nil after -h). usage
+// prints the help again, for mistakes found after parsing (see usageFail).
+func parseFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (usage func(io.Writer), ok bool, err error) {
+	usage = func(w io.Writer) {
+		fmt.Fprint(w, usageText)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return nil, false, nil
+		}
+		fmt.Fprintf(stderr, "qm %s: %v\n\n", name, err)
+		usage(stderr)
+		return nil, false, exitError{code: 2}
+	}
+	if fs.NArg() > 0 {
+		return nil, false, usageFail(stderr, name, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return usage, true, nil
+}
+
+// usageFail reports a usage mistake with the usage text and exit status 2.
+func usageFail(stderr io.Writer, name string, usage func(io.Writer), format string, a ...any) error {
+	fmt.Fprintf(stderr, "qm %s: %s\n\n", name, fmt.Sprintf(format, a...))
+	usage(stderr)
+	return exitError{code: 2}
+}
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: qm <command> [flags]")

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -27,28 +24,6 @@ func init() {
 	})
 }
 
-func parseAdminFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (func(io.Writer), error) {
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, usageText)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return nil, exitError{code: 0}
-		}
-		fmt.Fprintf(stderr, "qm %s: %v\n\n", name, err)
-		usage(stderr)
-		return nil, exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return nil, usageFail(stderr, name, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	return usage, nil
-}
-
 func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm list", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -58,8 +33,8 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&in.Namespace, "namespace", "", "only this namespace (default: all)")
 	fs.StringVar(&in.Owner, "owner", "", "admins: list this identity's allocations")
 	fs.BoolVar(&in.AllOwners, "all", false, "admins: list every identity's allocations")
-	if _, err := parseAdminFlags("list", "usage: qm list [flags]\n\nPrints the caller's current allocations as JSON, oldest first.\n\nflags:\n", fs, args, stdout, stderr); err != nil {
-		return quietHelp(err)
+	if _, ok, err := parseFlags("list", "usage: qm list [flags]\n\nPrints the caller's current allocations as JSON, oldest first.\n\nflags:\n", fs, args, stdout, stderr); !ok {
+		return err
 	}
 	out := &qmv1.ListResponse{}
 	if err := adminCall(ctx, &c, allocator.ListPath, in, out, func(ctx context.Context, cl qmv1.AllocationAdminClient) (proto.Message, error) {
@@ -78,9 +53,9 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	in := &qmv1.ReleaseRequest{}
 	fs.StringVar(&in.Namespace, "namespace", "", "the game server's namespace (default: \"default\")")
 	fs.StringVar(&in.GameServerName, "name", "", "the game server to give back (required)")
-	usage, err := parseAdminFlags("release", "usage: qm release --name GAMESERVER [flags]\n\nGives an allocation back: the game server is shut down and replaced.\n\nflags:\n", fs, args, stdout, stderr)
-	if err != nil {
-		return quietHelp(err)
+	usage, ok, err := parseFlags("release", "usage: qm release --name GAMESERVER [flags]\n\nGives an allocation back: the game server is shut down and replaced.\n\nflags:\n", fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	if in.GameServerName == "" {
 		return usageFail(stderr, "release", usage, "--name is required")
@@ -92,15 +67,6 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return callFailed(stderr, "release", err)
 	}
 	return printMessage(stdout, out)
-}
-
-// quietHelp turns the -h "error" back into success.
-func quietHelp(err error) error {
-	var e exitError
-	if errors.As(err, &e) && e.code == 0 {
-		return nil
-	}
-	return err
 }
 
 func adminCall(ctx context.Context, c *connFlags, path string, in, out proto.Message, call func(context.Context, qmv1.AllocationAdminClient) (proto.Message, error)) error {

@@ -115,23 +115,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&f.timeout, "timeout", allocator.DefaultTimeout, "bound on a request whose caller set no deadline")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
 	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, serveUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return nil
-		}
-		fmt.Fprintf(stderr, "qm serve: %v\n\n", err)
-		usage(stderr)
-		return exitError{code: 2}
-	}
-	if fs.NArg() > 0 {
-		return usageFail(stderr, "serve", usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	usage, ok, err := parseFlags("serve", serveUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	var code codes.Code
 	if err := code.UnmarshalJSON([]byte(`"` + strings.ToUpper(camelToSnake(f.unallocated)) + `"`)); err != nil {
