@@ -217,11 +217,20 @@ func (ix *Index) Get(k Key) (*GameServer, bool) {
 }
 
 // List returns every server in the index, sorted by namespace and name.
-func (ix *Index) List() []*GameServer {
+func (ix *Index) List() []*GameServer { return ix.list(func(*GameServer) bool { return true }) }
+
+// ListState returns the servers in state st, sorted by namespace and name.
+func (ix *Index) ListState(st State) []*GameServer {
+	return ix.list(func(gs *GameServer) bool { return gs.State == st })
+}
+
+func (ix *Index) list(keep func(*GameServer) bool) []*GameServer {
 	ix.mu.Lock()
-	out := make([]*GameServer, 0, len(ix.entries))
+	var out []*GameServer
 	for _, e := range ix.entries {
-		out = append(out, e.gs)
+		if keep(e.gs) {
+			out = append(out, e.gs)
+		}
 	}
 	ix.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {

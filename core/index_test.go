@@ -379,3 +379,17 @@ func TestReplicaShards(t *testing.T) {
 		t.Fatalf("fallback: %v", err)
 	}
 }
+
+func TestListState(t *testing.T) {
+	ix := NewIndex()
+	ix.Upsert(withState(ready("b", "n1"), StateAllocated))
+	ix.Upsert(ready("c", "n1"))
+	ix.Upsert(withState(ready("a", "n2"), StateAllocated))
+	got := ix.ListState(StateAllocated)
+	if len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
+		t.Fatalf("ListState(Allocated) = %v", got)
+	}
+	if n := len(ix.List()); n != 3 {
+		t.Fatalf("List has %d servers", n)
+	}
+}

@@ -347,15 +347,7 @@ func (b *Backend) forget(k core.Key, raw *unstructured.Unstructured) {
 func (b *Backend) Get(k core.Key) (*core.GameServer, bool) { return b.ix.Get(k) }
 
 // Allocated implements allocator.Backend.
-func (b *Backend) Allocated() []*core.GameServer {
-	var out []*core.GameServer
-	for _, gs := range b.ix.List() {
-		if gs.State == core.StateAllocated {
-			out = append(out, gs)
-		}
-	}
-	return out
-}
+func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.StateAllocated) }
 
 // Release implements allocator.Backend: the server goes to Shutdown, from
 // which Agones' controller (or qm agent) deletes and replaces it.

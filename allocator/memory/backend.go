@@ -124,15 +124,7 @@ func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time
 func (b *Backend) Get(key core.Key) (*core.GameServer, bool) { return b.ix.Get(key) }
 
 // Allocated implements allocator.Backend.
-func (b *Backend) Allocated() []*core.GameServer {
-	var out []*core.GameServer
-	for _, gs := range b.ix.List() {
-		if gs.State == core.StateAllocated {
-			out = append(out, gs)
-		}
-	}
-	return out
-}
+func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.StateAllocated) }
 
 // Release implements allocator.Backend: the server is shut down (removed)
 // and the agent starts a replacement.
