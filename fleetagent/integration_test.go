@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
@@ -118,12 +119,20 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	for _, n := range []int64{9, 2} {
-		f, err := fleets.Get(ctx, "green", metav1.GetOptions{})
+		// The agent writes the Fleet's status meanwhile: a conflict here is
+		// expected, and answered like any client would, by reading again.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			f, err := fleets.Get(ctx, "green", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if err := unstructured.SetNestedField(f.Object, n, "spec", "replicas"); err != nil {
+				return err
+			}
+			_, err = fleets.Update(ctx, f, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		_ = unstructured.SetNestedField(f.Object, n, "spec", "replicas")
-		if _, err := fleets.Update(ctx, f, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, ctx, fmt.Sprintf("scaled to %d", n), func() (bool, string) { return counts(t, ctx, gss, "Ready", int(n)) })
