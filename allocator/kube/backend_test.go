@@ -200,7 +200,7 @@ var _ = Describe("the kubernetes backend", func() {
 	})
 
 	DescribeTable("never allocates a server twice with three replicas under concurrent load", func(spread int, sharded bool) {
-		const servers, workers = 300, 8
+		const servers, workers = 1500, 8
 		ns := newNamespace(ctx)
 		for i := range servers {
 			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%10)))
