@@ -128,6 +128,12 @@ func (s *Scenario) Default() {
 		if a.DecisionTime == nil {
 			a.DecisionTime = constDist(0)
 		}
+		if a.PackedSpread == 0 {
+			a.PackedSpread = 1
+			if a.ReplicaShards {
+				a.PackedSpread = 64
+			}
+		}
 		for j := range c.Fleets {
 			f := &c.Fleets[j]
 			if f.Scheduling == "" {
@@ -293,6 +299,12 @@ func (s *Scenario) Validate() error {
 		}
 		if *a.MaxRetries < 0 || *a.MaxRetries > 1000 {
 			c.add(p+".allocator.maxRetries", "must be 0 to 1000")
+		}
+		if a.PackedSpread < 0 || a.PackedSpread > 1024 {
+			c.add(p+".allocator.packedSpread", "must be 0 to 1024 (0: the default)")
+		}
+		if a.ReplicaShards && *a.Replicas < 2 {
+			c.add(p+".allocator.replicaShards", "needs at least 2 replicas")
 		}
 		fleets := map[string]bool{}
 		want := 0

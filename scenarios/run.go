@@ -41,6 +41,8 @@ func (s *Scenario) Config() (*sim.Config, error) {
 			Workers:         c.Allocator.Workers,
 			DecisionTime:    c.Allocator.DecisionTime.sim(),
 			MaxRetries:      *c.Allocator.MaxRetries,
+			PackedSpread:    c.Allocator.PackedSpread,
+			ReplicaShards:   c.Allocator.ReplicaShards,
 		}
 		for _, f := range c.Fleets {
 			fc := sim.FleetConfig{

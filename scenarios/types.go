@@ -88,6 +88,13 @@ type Allocator struct {
 	Workers       int   `yaml:"workers,omitempty" json:"workers,omitempty"`
 	MaxRetries    *int  `yaml:"maxRetries,omitempty" json:"maxRetries,omitempty"` // default 10
 	DecisionTime  *Dist `yaml:"decisionTime,omitempty" json:"decisionTime,omitempty"`
+	// ReplicaShards gives each replica a preferred share of the servers
+	// (as `qm serve --replicas N --replica-shard I`), so that replicas stop
+	// racing for the same Packed server. PackedSpread is how many of the
+	// best matches a Packed choice is drawn from (default 1, or 64 with
+	// replica shards).
+	ReplicaShards bool `yaml:"replicaShards,omitempty" json:"replicaShards,omitempty"`
+	PackedSpread  int  `yaml:"packedSpread,omitempty" json:"packedSpread,omitempty"`
 }
 
 // Fleet is one fleet of a cluster.

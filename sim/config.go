@@ -76,6 +76,11 @@ type ClusterConfig struct {
 	// MaxRetries is how many conflicts a request may meet in this cluster
 	// before it ends as Contention.
 	MaxRetries int
+	// PackedSpread and ReplicaShards configure each replica's index as
+	// core.Index.SetPackedSpread and SetReplicaShard (replica r of
+	// Replicas) do in the live allocator.
+	PackedSpread  int
+	ReplicaShards bool
 
 	Fleets []FleetConfig
 }

@@ -263,8 +263,13 @@ func (w *world) newCluster(i int, cfg *ClusterConfig) (*cluster, error) {
 	cl.buckets[0] = b0
 	for r := range cfg.Replicas {
 		d := cfg.InformerDelay
+		ix := core.NewIndex()
+		ix.SetPackedSpread(cfg.PackedSpread)
+		if cfg.ReplicaShards {
+			ix.SetReplicaShard(r, cfg.Replicas)
+		}
 		cl.replicas = append(cl.replicas, &replica{
-			ix:      core.NewIndex(),
+			ix:      ix,
 			delay:   newSampler(d, streamSource(seed, p+"informer/"+strconv.Itoa(r))),
 			instant: (d.Kind == "" || d.Kind == Constant) && d.Value == 0,
 		})
