@@ -145,3 +145,34 @@ func TestUnallocatedCode(t *testing.T) {
 		t.Error("HTTP status mapping")
 	}
 }
+
+// Re-allocating a live server makes the caller its owner, so a non-admin may
+// only re-allocate servers it owns: otherwise one identity could take over,
+// then release, another's running session.
+func TestReallocationIsScopedToTheOwner(t *testing.T) {
+	b := newStoreBackend(1)
+	b.commit = func(_ context.Context, res *core.Result) (*core.GameServer, error) { return res.GameServer, nil }
+	s := newServiceFor(t, b)
+	ctx := context.Background()
+	live := &allocation.AllocationRequest{GameServerSelectors: []*allocation.GameServerSelector{
+		{GameServerState: allocation.GameServerSelector_ALLOCATED}}}
+	first, err := s.Allocate(ctx, "bob", &allocation.AllocationRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Allocate(ctx, "mallory", live); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("mallory re-allocating bob's server: %v, want ResourceExhausted", err)
+	}
+	// The deprecated required selector is scoped the same way.
+	deprecated := &allocation.AllocationRequest{RequiredGameServerSelector: &allocation.GameServerSelector{GameServerState: allocation.GameServerSelector_ALLOCATED}}
+	if _, err := s.Allocate(ctx, "mallory", deprecated); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("mallory via the required selector: %v, want ResourceExhausted", err)
+	}
+	again, err := s.Allocate(ctx, "bob", live)
+	if err != nil || again.GameServerName != first.GameServerName {
+		t.Fatalf("bob re-allocating his own server: %v, %v", again, err)
+	}
+	if got := again.Metadata.Annotations[allocator.OwnerAnnotation]; got != "bob" {
+		t.Fatalf("owner after bob's re-allocation = %q", got)
+	}
+}

@@ -211,6 +211,11 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	// Ownership goes on the server itself, after the caller's annotations
 	// so that it cannot be forged.
 	req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
+	// Re-allocating a live server (selector state Allocated) would make the
+	// caller its owner: a non-admin may only re-allocate its own.
+	if !s.limits.isAdmin(identity) {
+		ownedOnly(&req, identity)
+	}
 
 	nreq, err := core.Normalize(&req)
 	if err != nil {
@@ -401,6 +406,9 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 		return nil, notYours
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return nil, contextStatus(err)
+	case errors.Is(err, ErrContention):
+		// As for allocations: lost too many races; the caller may retry.
+		return nil, status.Error(codes.Aborted, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -444,4 +452,26 @@ func HTTPStatus(c codes.Code) int {
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
+}
+
+// ownedOnly restricts every Allocated-state selector of req to servers the
+// identity owns, so that one caller cannot take over (and then release)
+// another's live allocation.
+func ownedOnly(req *core.Request, identity string) {
+	restrict := func(s *core.Selector) {
+		if s.State == core.StateAllocated {
+			s.MatchAnnotations = map[string]string{OwnerAnnotation: identity}
+		}
+	}
+	for i := range req.Selectors {
+		restrict(&req.Selectors[i])
+	}
+	for i := range req.Preferred {
+		restrict(&req.Preferred[i])
+	}
+	if req.Required != nil {
+		r := *req.Required
+		restrict(&r)
+		req.Required = &r
+	}
 }

@@ -45,6 +45,11 @@ func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
 			return false
 		}
 	}
+	for k, v := range s.MatchAnnotations {
+		if got, ok := gs.Annotations[k]; !ok || got != v {
+			return false
+		}
+	}
 	return true
 }
 
@@ -53,10 +58,11 @@ func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
 // draws a random starting point each time, which on the allocation hot path
 // costs more than the test itself.
 type compiledSelector struct {
-	labels   []labelPair
-	exprs    []LabelExpression
-	counters []counterTest
-	lists    []listTest
+	labels      []labelPair
+	annotations []labelPair
+	exprs       []LabelExpression
+	counters    []counterTest
+	lists       []listTest
 }
 
 type labelPair struct{ key, value string }
@@ -77,6 +83,9 @@ func compileSelector(s *Selector) *compiledSelector {
 		c.labels = append(c.labels, labelPair{k, s.MatchLabels[k]})
 	}
 	c.exprs = s.MatchExpressions
+	for _, k := range sortedKeys(s.MatchAnnotations) {
+		c.annotations = append(c.annotations, labelPair{k, s.MatchAnnotations[k]})
+	}
 	for _, k := range sortedKeys(s.Counters) {
 		c.counters = append(c.counters, counterTest{k, s.Counters[k]})
 	}
@@ -122,6 +131,12 @@ func (c *compiledSelector) matches(gs *GameServer, known string) bool {
 		t := &c.lists[i]
 		lst, ok := gs.Lists[t.key]
 		if !ok || !t.sel.matches(lst) {
+			return false
+		}
+	}
+	for i := range c.annotations {
+		p := &c.annotations[i]
+		if got, ok := gs.Annotations[p.key]; !ok || got != p.value {
 			return false
 		}
 	}

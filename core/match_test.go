@@ -89,3 +89,23 @@ func TestComparePriorities(t *testing.T) {
 		})
 	}
 }
+
+func TestSelectorMatchAnnotations(t *testing.T) {
+	gs := &GameServer{State: StateAllocated, Annotations: map[string]string{"owner": "bob"}}
+	for _, tc := range []struct {
+		ann  map[string]string
+		want bool
+	}{{map[string]string{"owner": "bob"}, true}, {map[string]string{"owner": "mallory"}, false}, {map[string]string{"x": ""}, false}} {
+		sel := Selector{State: StateAllocated, MatchAnnotations: tc.ann}
+		n, err := Normalize(&Request{Selectors: []Selector{sel}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sel.Matches(gs); got != tc.want {
+			t.Errorf("%v: Matches = %v", tc.ann, got)
+		}
+		if got := n.Selectors[0].Matches(gs); got != tc.want {
+			t.Errorf("%v: compiled Matches = %v", tc.ann, got)
+		}
+	}
+}

@@ -25,6 +25,9 @@ const (
 
 // Well-known label and annotation keys.
 const (
+	// SystemLabelPrefix marks labels the system manages (Agones'); an
+	// allocation's metadata may not set them.
+	SystemLabelPrefix = "agones.dev/"
 	// FleetLabel names the Fleet a GameServer belongs to.
 	FleetLabel = "agones.dev/fleet"
 	// LastAllocatedAnnotation records when a server was last allocated
@@ -189,6 +192,10 @@ type Selector struct {
 	State    State
 	Counters map[string]CounterSelector
 	Lists    map[string]ListSelector
+	// MatchAnnotations is not part of Agones' API: the service sets it, for
+	// example so that a caller re-allocating a live server only matches
+	// servers it owns.
+	MatchAnnotations map[string]string
 
 	// compiled is set by Normalize: the maps above as slices, for matching
 	// without map iteration. A normalized request must not be modified.

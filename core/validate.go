@@ -101,6 +101,13 @@ func Normalize(r *Request) (*Request, error) {
 		v.add("scheduling", "unknown strategy "+strconv.Itoa(int(n.Scheduling))+" (want Packed or Distributed)")
 	}
 	validateLabels(v, "metadata.labels", n.Metadata.Labels)
+	for k := range n.Metadata.Labels {
+		// agones.dev/ labels belong to the system: rewriting the fleet
+		// label, say, would hide a server from its own fleet's count.
+		if strings.HasPrefix(k, SystemLabelPrefix) {
+			v.add("metadata.labels["+strconv.Quote(k)+"]", "labels under "+SystemLabelPrefix+" are managed by the system and cannot be set by an allocation")
+		}
+	}
 	for k := range n.Metadata.Annotations {
 		if reason := checkQualifiedName(k); reason != "" {
 			v.add("metadata.annotations["+strconv.Quote(k)+"]", "key "+reason)
@@ -147,6 +154,15 @@ func Normalize(r *Request) (*Request, error) {
 		if a.Capacity != nil && (*a.Capacity < 0 || *a.Capacity > MaxListCapacity) {
 			v.add(f+".capacity", "must be between 0 and "+strconv.Itoa(MaxListCapacity)+", got "+strconv.FormatInt(*a.Capacity, 10))
 		}
+		// A list never holds more than MaxListCapacity values, so longer
+		// actions are mistakes; bounding them also bounds the work done
+		// while the index is locked.
+		if len(a.AddValues) > MaxListCapacity {
+			v.add(f+".addValues", "at most "+strconv.Itoa(MaxListCapacity)+" values, got "+strconv.Itoa(len(a.AddValues)))
+		}
+		if len(a.DeleteValues) > MaxListCapacity {
+			v.add(f+".deleteValues", "at most "+strconv.Itoa(MaxListCapacity)+" values, got "+strconv.Itoa(len(a.DeleteValues)))
+		}
 	}
 	validateLabels(v, "multiClusterSetting.policySelector.matchLabels", n.MultiCluster.PolicySelector)
 	if err := v.err(); err != nil {
@@ -157,6 +173,11 @@ func Normalize(r *Request) (*Request, error) {
 
 func validateSelector(v *validator, f string, s Selector) Selector {
 	validateLabels(v, f+".matchLabels", s.MatchLabels)
+	for k := range s.MatchAnnotations {
+		if reason := checkQualifiedName(k); reason != "" {
+			v.add(f+".matchAnnotations["+strconv.Quote(k)+"]", "key "+reason)
+		}
+	}
 	for i, e := range s.MatchExpressions {
 		ef := f + ".matchExpressions[" + strconv.Itoa(i) + "]"
 		if reason := checkQualifiedName(e.Key); reason != "" {

@@ -169,11 +169,28 @@ func (b *Backend) onUpsert(obj any) {
 // remember stores u as the newest known state of its server unless the
 // backend already knows a newer one of the same object (an informer event
 // that trails our own write). It reports whether u was taken.
+//
+// From the informer (index true) a new object is welcome. From our own
+// writes (index false, and Release) only a server the backend still knows
+// is updated: the informer may already have delivered its deletion, and a
+// write's answer must not bring it back.
 func (b *Backend) remember(u *unstructured.Unstructured, index bool) bool {
+	return b.rememberFrom(u, index, true)
+}
+
+func (b *Backend) rememberWritten(u *unstructured.Unstructured, index bool) bool {
+	return b.rememberFrom(u, index, false)
+}
+
+func (b *Backend) rememberFrom(u *unstructured.Unstructured, index, fromInformer bool) bool {
 	k := keyOf(u)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old := b.raw[k]; old != nil && old.GetUID() == u.GetUID() && !newer(u.GetResourceVersion(), old.GetResourceVersion()) {
+	old := b.raw[k]
+	if !fromInformer && (old == nil || old.GetUID() != u.GetUID()) {
+		return false
+	}
+	if old != nil && old.GetUID() == u.GetUID() && !newer(u.GetResourceVersion(), old.GetResourceVersion()) {
 		return false
 	}
 	gs, err := toCore(u)
@@ -309,7 +326,7 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 		return nil, fmt.Errorf("updating gameserver %s/%s: %w", k.Namespace, k.Name, err)
 	}
 	b.noteRV(&b.writtenRV, updated.GetResourceVersion())
-	b.remember(updated, false)
+	b.rememberWritten(updated, false)
 	return toCore(updated)
 }
 
@@ -327,7 +344,7 @@ func (b *Backend) refresh(ctx context.Context, k core.Key) error {
 		return fmt.Errorf("re-reading gameserver %s/%s after a conflict: %w", k.Namespace, k.Name, err)
 	}
 	b.noteRV(&b.writtenRV, cur.GetResourceVersion())
-	b.remember(cur, false)
+	b.rememberWritten(cur, false)
 	fresh, err := toCore(cur)
 	if err != nil {
 		return &allocator.ConflictError{Key: k}
@@ -382,7 +399,7 @@ func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string)
 			return nil, fmt.Errorf("releasing gameserver %s/%s: %w", k.Namespace, k.Name, err)
 		}
 		b.noteRV(&b.writtenRV, updated.GetResourceVersion())
-		b.remember(updated, true)
+		b.rememberWritten(updated, true)
 		return toCore(updated)
 	}
 	return nil, allocator.ErrContention
