@@ -174,10 +174,11 @@ func (ix *Index) SetPackedSpread(n int) {
 
 // SetReplicaShard gives this index's replica (shard of shards, counting from
 // 0) a preferred share of the servers: among the first n Packed matches
-// (SetPackedSpread), it takes the first whose name hashes to its shard, and
-// only when there is none a seeded-random one. Replicas configured with
+// (SetPackedSpread), it takes the first whose name hashes to its shard;
+// when there is none, the first of its shard among the first shardReach*n;
+// only then a seeded-random one of the last n of those. Replicas configured with
 // different shards then want disjoint servers and rarely conflict, while
-// still packing within the best n. shards <= 1 turns the preference off.
+// still packing within the best few. shards <= 1 turns the preference off.
 func (ix *Index) SetReplicaShard(shard, shards int) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -186,6 +187,20 @@ func (ix *Index) SetReplicaShard(shard, shards int) {
 		return
 	}
 	ix.shard, ix.shards = shard%shards, shards
+}
+
+// shardReach: a replica whose shard has nothing among the best spread
+// matches looks this many times further for one of its own before taking
+// one of another's (from the far end of that reach).
+const shardReach = 4
+
+func (ix *Index) firstOfShard(found []*entry) *entry {
+	for _, e := range found {
+		if e.hash%uint64(ix.shards) == uint64(ix.shard) {
+			return e
+		}
+	}
+	return nil
 }
 
 // nameHash is FNV-1a: a stable hash, so every replica agrees on shards.
@@ -730,11 +745,26 @@ func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
 			return nil
 		}
 		if ix.shards > 1 {
-			for _, e := range found {
-				if e.hash%uint64(ix.shards) == uint64(ix.shard) {
+			if e := ix.firstOfShard(found); e != nil {
+				return e
+			}
+			if len(found) == ix.spread {
+				// None of this replica's share among the best: the other
+				// replicas are taking those right now, and its cache is
+				// behind on them. One of its own a little further down
+				// costs some packing; racing them costs a failed write
+				// and a re-read on the API server, several times the
+				// write itself.
+				found = ix.collectPacked(g, sel, ix.spread*shardReach)
+				if e := ix.firstOfShard(found); e != nil {
 					return e
 				}
 			}
+			// Its share is used up within reach (a fleet running dry):
+			// take one of the others' from the far end of what it
+			// collected, which their owners, taking from the front,
+			// reach last.
+			found = found[max(0, len(found)-ix.spread):]
 		}
 		return found[r.intN(uint64(len(found)))]
 	case len(req.Priorities) == 0:

@@ -370,6 +370,40 @@ func TestReplicaShards(t *testing.T) {
 	if len(picked) != 3 {
 		t.Fatalf("replicas wanted the same server: %v", picked)
 	}
+	// A shard with nothing in the spread takes one of its own from further
+	// down rather than race another replica for one of the spread; beyond
+	// shardReach times the spread, it takes one of the last spread within
+	// that reach, which their own replicas come to last.
+	var own string
+	for i := 0; own == ""; i++ {
+		if name := fmt.Sprintf("z-%03d", i); nameHash(name)%3 == 1 {
+			own = name // sorts after every "a-" name: last in Packed order
+		}
+	}
+	var others []string
+	for i := 0; len(others) < 2*shardReach+2; i++ {
+		if name := fmt.Sprintf("a-%03d", i); nameHash(name)%3 != 1 {
+			others = append(others, name)
+		}
+	}
+	for _, c := range []struct {
+		others int
+		want   func(string) bool
+	}{
+		{2*shardReach - 1, func(n string) bool { return n == own }},
+		{2*shardReach + 2, func(n string) bool { return n == others[2*shardReach-2] || n == others[2*shardReach-1] }},
+	} {
+		ix := NewIndex()
+		ix.SetPackedSpread(2)
+		ix.SetReplicaShard(1, 3)
+		for _, n := range append([]string{own}, others[:c.others]...) {
+			ix.Upsert(ready(n, "n1", FleetLabel, "f"))
+		}
+		res, err := ix.Allocate(req, t0, 0)
+		if err != nil || !c.want(res.Previous.Name) {
+			t.Fatalf("%d others before its own: picked %v (%v)", c.others, res, err)
+		}
+	}
 	// A shard with nothing in the spread still gets a server.
 	one := NewIndex()
 	one.SetPackedSpread(2)

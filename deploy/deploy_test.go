@@ -60,7 +60,8 @@ func TestManifest(t *testing.T) {
 	for _, want := range []string{
 		"serviceaccount/qm-allocator", "clusterrole.rbac.authorization.k8s.io/qm-allocator",
 		"clusterrolebinding.rbac.authorization.k8s.io/qm-allocator", "role.rbac.authorization.k8s.io/qm-allocator-remote-certs",
-		"rolebinding.rbac.authorization.k8s.io/qm-allocator-remote-certs", "deployment.apps/qm-allocator", "service/qm-allocator",
+		"rolebinding.rbac.authorization.k8s.io/qm-allocator-remote-certs", "statefulset.apps/qm-allocator", "service/qm-allocator",
+		"service/qm-allocator-pods",
 	} {
 		if !strings.Contains(string(out), want+" created (server dry run)") {
 			t.Errorf("dry run output lacks %q:\n%s", want, out)

@@ -11,10 +11,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -66,13 +62,17 @@ const (
 // implements allocator.Backend.
 type Backend struct {
 	cfg      Config
-	client   dynamic.NamespaceableResourceInterface
+	client   *rest.RESTClient
 	informer cache.SharedIndexInformer
-	ix       *core.Index
-	log      *slog.Logger
+	// handler's HasSynced: the index has received every object of the
+	// informer's first list (the informer's own HasSynced says only that
+	// the list is in its store; handlers are notified after).
+	handler cache.ResourceEventHandlerRegistration
+	ix      *core.Index
+	log     *slog.Logger
 
 	mu  sync.Mutex
-	raw map[core.Key]*unstructured.Unstructured // newest object known per key
+	raw map[core.Key]*gameServer // newest object known per key
 
 	lastConflict atomic.Int64  // unix nanoseconds of the last write conflict
 	writtenRV    atomic.Uint64 // newest resourceVersion our writes produced
@@ -108,26 +108,26 @@ func New(cfg Config) (*Backend, error) {
 	}
 	rc := rest.CopyConfig(cfg.REST)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
-	dc, err := dynamic.NewForConfig(rc)
+	client, err := newRESTClient(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
 	}
 	b := &Backend{
 		cfg:    cfg,
-		client: dc.Resource(GameServerResource),
+		client: client,
 		ix:     core.NewIndex(),
 		log:    cfg.Logger,
-		raw:    map[core.Key]*unstructured.Unstructured{},
+		raw:    map[core.Key]*gameServer{},
 	}
 	b.ix.SetPackedSpread(cfg.PackedSpread)
 	b.ix.SetReplicaShard(cfg.ReplicaShard, cfg.Replicas)
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dc, 0, cfg.Namespace, nil)
-	b.informer = factory.ForResource(GameServerResource).Informer()
-	if _, err := b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	b.informer = cache.NewSharedIndexInformer(listWatch(client, cfg.Namespace), &gameServer{}, 0, cache.Indexers{})
+	b.handler, err = b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    b.onUpsert,
 		UpdateFunc: func(_, obj any) { b.onUpsert(obj) },
 		DeleteFunc: b.onDelete,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("kube: informer: %w", err)
 	}
 	return b, nil
@@ -136,7 +136,7 @@ func New(cfg Config) (*Backend, error) {
 // Start runs the informer until ctx ends and waits for its first list.
 func (b *Backend) Start(ctx context.Context) error {
 	go b.informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), b.informer.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), b.handler.HasSynced) {
 		return fmt.Errorf("kube: GameServer cache did not sync: %w", ctx.Err())
 	}
 	b.synced.Store(true)
@@ -153,17 +153,13 @@ func (b *Backend) Index() *core.Index { return b.ix }
 // Conflicts is how many writes lost a race since start.
 func (b *Backend) Conflicts() int64 { return b.conflicts.Load() }
 
-func keyOf(u *unstructured.Unstructured) core.Key {
-	return core.Key{Namespace: u.GetNamespace(), Name: u.GetName()}
-}
-
 func (b *Backend) onUpsert(obj any) {
-	u, ok := obj.(*unstructured.Unstructured)
+	g, ok := obj.(*gameServer)
 	if !ok {
 		return
 	}
-	b.noteRV(&b.seenRV, u.GetResourceVersion())
-	b.remember(u, true)
+	b.noteRV(&b.seenRV, g.ResourceVersion)
+	b.remember(g, true)
 }
 
 // remember stores u as the newest known state of its server unless the
@@ -174,26 +170,26 @@ func (b *Backend) onUpsert(obj any) {
 // writes (index false, and Release) only a server the backend still knows
 // is updated: the informer may already have delivered its deletion, and a
 // write's answer must not bring it back.
-func (b *Backend) remember(u *unstructured.Unstructured, index bool) bool {
-	return b.rememberFrom(u, index, true)
+func (b *Backend) remember(g *gameServer, index bool) bool {
+	return b.rememberFrom(g, index, true)
 }
 
-func (b *Backend) rememberWritten(u *unstructured.Unstructured, index bool) bool {
-	return b.rememberFrom(u, index, false)
+func (b *Backend) rememberWritten(g *gameServer, index bool) bool {
+	return b.rememberFrom(g, index, false)
 }
 
-func (b *Backend) rememberFrom(u *unstructured.Unstructured, index, fromInformer bool) bool {
-	k := keyOf(u)
+func (b *Backend) rememberFrom(g *gameServer, index, fromInformer bool) bool {
+	k := g.key()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := b.raw[k]
-	if !fromInformer && (old == nil || old.GetUID() != u.GetUID()) {
+	if !fromInformer && (old == nil || old.UID != g.UID) {
 		return false
 	}
-	if old != nil && old.GetUID() == u.GetUID() && !newer(u.GetResourceVersion(), old.GetResourceVersion()) {
+	if old != nil && old.UID == g.UID && !newer(g.ResourceVersion, old.ResourceVersion) {
 		return false
 	}
-	gs, err := toCore(u)
+	gs, err := toCore(g)
 	if err != nil {
 		// A server we cannot read must not be handed out.
 		b.log.Warn("ignoring unreadable gameserver", "namespace", k.Namespace, "name", k.Name, "err", err)
@@ -201,7 +197,7 @@ func (b *Backend) rememberFrom(u *unstructured.Unstructured, index, fromInformer
 		b.ix.Remove(k)
 		return false
 	}
-	b.raw[k] = u
+	b.raw[k] = g
 	if index {
 		b.ix.Upsert(gs)
 	}
@@ -212,14 +208,14 @@ func (b *Backend) onDelete(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	g, ok := obj.(*gameServer)
 	if !ok {
 		return
 	}
-	k := keyOf(u)
+	k := g.key()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old := b.raw[k]; old != nil && old.GetUID() != u.GetUID() {
+	if old := b.raw[k]; old != nil && old.UID != g.UID {
 		return // a newer object of the same name already replaced it
 	}
 	delete(b.raw, k)
@@ -280,12 +276,12 @@ func (b *Backend) cacheMayBeBehind() bool {
 func (b *Backend) reconcile(k core.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	u := b.raw[k]
+	g := b.raw[k]
 	gs, ok := b.ix.Get(k)
-	if u == nil || !ok || u.GetResourceVersion() == gs.Version || !newer(u.GetResourceVersion(), gs.Version) {
+	if g == nil || !ok || g.ResourceVersion == gs.Version || !newer(g.ResourceVersion, gs.Version) {
 		return
 	}
-	if fresh, err := toCore(u); err == nil {
+	if fresh, err := toCore(g); err == nil {
 		b.ix.Upsert(fresh)
 	}
 }
@@ -300,7 +296,7 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 	if raw == nil {
 		return nil, &allocator.ConflictError{Key: k}
 	}
-	if raw.GetResourceVersion() != res.Previous.Version {
+	if raw.ResourceVersion != res.Previous.Version {
 		// The cache moved on after the choice: choose again on what it has.
 		fresh, err := toCore(raw)
 		if err != nil {
@@ -308,11 +304,11 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 		}
 		return nil, &allocator.ConflictError{Key: k, Fresh: fresh}
 	}
-	obj, err := withAllocation(raw, res.Previous, res.GameServer)
+	obj, err := withAllocation(raw.raw, res.Previous, res.GameServer)
 	if err != nil {
 		return nil, fmt.Errorf("building allocated %s/%s: %w", k.Namespace, k.Name, err)
 	}
-	updated, err := b.client.Namespace(k.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
+	updated, err := b.put(ctx, k, obj)
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err):
@@ -325,15 +321,34 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 	default:
 		return nil, fmt.Errorf("updating gameserver %s/%s: %w", k.Namespace, k.Name, err)
 	}
-	b.noteRV(&b.writtenRV, updated.GetResourceVersion())
+	b.noteRV(&b.writtenRV, updated.ResourceVersion)
 	b.rememberWritten(updated, false)
 	return toCore(updated)
+}
+
+// get reads one GameServer from the API server.
+func (b *Backend) get(ctx context.Context, k core.Key) (*gameServer, error) {
+	raw, err := b.client.Get().Namespace(k.Namespace).Resource(GameServerResource.Resource).Name(k.Name).Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	return decodeGameServer(raw)
+}
+
+// put writes one GameServer; obj carries the resourceVersion it was read
+// at, so the API server refuses the write (409) if the object changed since.
+func (b *Backend) put(ctx context.Context, k core.Key, obj []byte) (*gameServer, error) {
+	raw, err := b.client.Put().Namespace(k.Namespace).Resource(GameServerResource.Resource).Name(k.Name).Body(obj).Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	return decodeGameServer(raw)
 }
 
 // refresh reads the server after a lost race, so the next choice is made on
 // its real state without waiting for the informer.
 func (b *Backend) refresh(ctx context.Context, k core.Key) error {
-	cur, err := b.client.Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+	cur, err := b.get(ctx, k)
 	if apierrors.IsNotFound(err) {
 		b.mu.Lock()
 		delete(b.raw, k)
@@ -343,7 +358,7 @@ func (b *Backend) refresh(ctx context.Context, k core.Key) error {
 	if err != nil {
 		return fmt.Errorf("re-reading gameserver %s/%s after a conflict: %w", k.Namespace, k.Name, err)
 	}
-	b.noteRV(&b.writtenRV, cur.GetResourceVersion())
+	b.noteRV(&b.writtenRV, cur.ResourceVersion)
 	b.rememberWritten(cur, false)
 	fresh, err := toCore(cur)
 	if err != nil {
@@ -352,7 +367,7 @@ func (b *Backend) refresh(ctx context.Context, k core.Key) error {
 	return &allocator.ConflictError{Key: k, Fresh: fresh}
 }
 
-func (b *Backend) forget(k core.Key, raw *unstructured.Unstructured) {
+func (b *Backend) forget(k core.Key, raw *gameServer) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.raw[k] == raw {
@@ -370,7 +385,7 @@ func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.St
 // which Agones' controller (or qm agent) deletes and replaces it.
 func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string) (*core.GameServer, error) {
 	for range b.cfg.MaxConflictRetries {
-		cur, err := b.client.Namespace(k.Namespace).Get(ctx, k.Name, metav1.GetOptions{})
+		cur, err := b.get(ctx, k)
 		if apierrors.IsNotFound(err) {
 			return nil, allocator.ErrNotFound
 		}
@@ -387,18 +402,18 @@ func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string)
 		if ifAllocatedAt != "" && gs.Annotations[core.LastAllocatedAnnotation] != ifAllocatedAt {
 			return nil, allocator.ErrNotAllocated
 		}
-		obj, err := withState(cur, core.StateShutdown)
+		obj, err := withState(cur.raw, core.StateShutdown)
 		if err != nil {
 			return nil, err
 		}
-		updated, err := b.client.Namespace(k.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
+		updated, err := b.put(ctx, k, obj)
 		if apierrors.IsConflict(err) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("releasing gameserver %s/%s: %w", k.Namespace, k.Name, err)
 		}
-		b.noteRV(&b.writtenRV, updated.GetResourceVersion())
+		b.noteRV(&b.writtenRV, updated.ResourceVersion)
 		b.rememberWritten(updated, true)
 		return toCore(updated)
 	}

@@ -182,6 +182,19 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).To(MatchError(core.ErrNoMatch), "the old fleet is gone")
 	})
 
+	It("has every server in its index once Start returns", func() {
+		// Ready (and with it the service's /ready) must not be reported
+		// while the informer's handlers still have part of the first list
+		// to deliver: allocations would answer UnAllocated from a half
+		// index.
+		const servers = 3000
+		ns := newNamespace(ctx)
+		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		b := startBackend(ctx, ns)
+		Expect(b.Ready()).To(BeTrue())
+		Expect(b.Index().Len()).To(Equal(servers))
+	})
+
 	It("releases an allocation by shutting the server down", func() {
 		ns := newNamespace(ctx)
 		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))

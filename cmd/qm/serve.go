@@ -82,10 +82,10 @@ type serveFlags struct {
 	maxStreams               uint
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serveFlagSet defines `qm serve`'s flags on f.
+func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("qm serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var f serveFlags
 	fs.StringVar(&f.addr, "addr", ":8443", "gRPC address; REST is served here too unless --rest-addr is set")
 	fs.StringVar(&f.restAddr, "rest-addr", "", "serve REST on this address instead of sharing --addr")
 	fs.StringVar(&f.httpAddr, "http-addr", ":8080", "plain-HTTP address for /live, /ready and /metrics; empty for none")
@@ -115,6 +115,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&f.timeout, "timeout", allocator.DefaultTimeout, "bound on a request whose caller set no deadline")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
 	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
+	return fs
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f serveFlags
+	fs := serveFlagSet(&f)
 	usage, ok, err := parseFlags("serve", serveUsage, fs, args, stdout, stderr)
 	if !ok {
 		return err
