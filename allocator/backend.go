@@ -35,6 +35,11 @@ type Backend interface {
 	// server's last-allocated annotation, so that a Release racing with a
 	// re-allocation to someone else does not end the newer allocation.
 	Release(ctx context.Context, key core.Key, ifAllocatedAt string) (*core.GameServer, error)
+	// AllocatedTo is how many servers in state Allocated carry owner in
+	// their OwnerAnnotation, in every namespace: what an identity holds,
+	// as far as this backend sees (with several replicas, their writes
+	// arrive through its informer).
+	AllocatedTo(owner string) int
 	// Ready reports whether the backend can serve (its cache has synced).
 	Ready() bool
 }

@@ -150,8 +150,7 @@ type holder struct {
 	rate   *rate.Limiter // nil: no rate limit
 
 	mu      sync.Mutex
-	pending int                 // allocations under way
-	held    map[core.Key]string // allocations made: key → last-allocated stamp
+	pending int // allocations under way
 }
 
 func newLimiter(cfg *LimitsConfig) *limiter {
@@ -180,7 +179,7 @@ func (l *limiter) holderFor(identity string) *holder {
 		}
 		lim = *l.cfg.Default
 	}
-	h := &holder{limits: lim, held: map[core.Key]string{}}
+	h := &holder{limits: lim}
 	h.anyNS = len(lim.Namespaces) == 0
 	h.ns = map[string]bool{}
 	for _, ns := range lim.Namespaces {
@@ -245,12 +244,12 @@ func (l *limiter) admit(identity, namespace string, now time.Time, b Backend) (*
 	if max == 0 {
 		return nil, nil
 	}
+	// What the identity holds is counted from the backend's servers (their
+	// owner annotations), not from this process's memory: allocations made
+	// through other replicas, or before a restart, count too.
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.held)+h.pending >= max {
-		h.prune(identity, b)
-	}
-	if n := len(h.held) + h.pending; n >= max {
+	if n := b.AllocatedTo(identity) + h.pending; n >= max {
 		return nil, &limitError{reason: "max_allocations",
 			msg: fmt.Sprintf("identity %q already holds %d of its %d allowed allocations; release one first", identity, n, max)}
 	}
@@ -258,30 +257,13 @@ func (l *limiter) admit(identity, namespace string, now time.Time, b Backend) (*
 	return h, nil
 }
 
-// done ends a reservation from admit, recording the allocation if one was
-// made.
-func (h *holder) done(gs *core.GameServer) {
+// done ends a reservation from admit. The allocation made, if any, is in
+// the backend's count by now (the index takes a commit before answering).
+func (h *holder) done() {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	h.pending--
-	if gs != nil {
-		h.held[gs.Key()] = gs.Annotations[core.LastAllocatedAnnotation]
-	}
 	h.mu.Unlock()
-}
-
-// prune forgets allocations that have ended: the server is gone, no longer
-// Allocated, or allocated again since (to this identity or another). The
-// backend's state is the truth; the table is only an index into it.
-func (h *holder) prune(identity string, b Backend) {
-	for k, stamp := range h.held {
-		gs, ok := b.Get(k)
-		if !ok || gs.State != core.StateAllocated ||
-			gs.Annotations[core.LastAllocatedAnnotation] != stamp ||
-			gs.Annotations[OwnerAnnotation] != identity {
-			delete(h.held, k)
-		}
-	}
 }

@@ -206,7 +206,7 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 		return ns, "", nil, 0, status.Error(codes.Internal, err.Error())
 	}
 	var got *core.GameServer
-	defer func() { h.done(got) }()
+	defer h.done()
 
 	// Ownership goes on the server itself, after the caller's annotations
 	// so that it cannot be forged.

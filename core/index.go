@@ -69,6 +69,11 @@ type Index struct {
 	// preferred share of them (shards <= 1: no preference).
 	spread, shard, shards int
 
+	// counted is the annotation whose values CountAllocated counts among
+	// Allocated servers ("": none); tallies holds the counts.
+	counted string
+	tallies map[string]int
+
 	// scratch space reused across allocations (guarded by mu)
 	heap  []cursor
 	found []*entry
@@ -157,6 +162,41 @@ func NewIndex() *Index {
 		labelKeys: []string{FleetLabel},
 		levels:    newRNG(0x5eed),
 		spread:    1,
+	}
+}
+
+// SetCountedAnnotation makes the index count Allocated servers by their
+// value of annotation key (the allocator's owner annotation: how many
+// allocations each identity holds), for CountAllocated.
+func (ix *Index) SetCountedAnnotation(key string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.counted, ix.tallies = key, map[string]int{}
+	for _, e := range ix.entries {
+		ix.tally(e.gs, +1)
+	}
+}
+
+// CountAllocated is how many servers in state Allocated carry value under
+// the counted annotation, in every namespace.
+func (ix *Index) CountAllocated(value string) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.tallies[value]
+}
+
+func (ix *Index) tally(gs *GameServer, delta int) {
+	if ix.counted == "" || gs.State != StateAllocated {
+		return
+	}
+	v, ok := gs.Annotations[ix.counted]
+	if !ok {
+		return
+	}
+	if n := ix.tallies[v] + delta; n > 0 {
+		ix.tallies[v] = n
+	} else {
+		delete(ix.tallies, v)
 	}
 }
 
@@ -276,6 +316,7 @@ func (ix *Index) Remove(k Key) bool {
 	}
 	ix.unlink(e)
 	ix.count(e.node, e.gs.State, -1)
+	ix.tally(e.gs, -1)
 	ix.releaseNode(e.node)
 	delete(ix.entries, k)
 	e.removed = true
@@ -384,6 +425,7 @@ func (ix *Index) upsert(gs *GameServer) {
 func (ix *Index) update(e *entry, gs *GameServer) {
 	ix.unlink(e)
 	ix.count(e.node, e.gs.State, -1)
+	ix.tally(e.gs, -1)
 	if e.node.name != gs.NodeName {
 		ix.releaseNode(e.node)
 		e.node = nil
@@ -398,6 +440,7 @@ func (ix *Index) place(e *entry, gs *GameServer) {
 		e.node = ix.nodeFor(gs.NodeName)
 	}
 	ix.count(e.node, gs.State, +1)
+	ix.tally(gs, +1)
 	if !e.held {
 		ix.link(e)
 	}

@@ -414,6 +414,54 @@ func TestReplicaShards(t *testing.T) {
 	}
 }
 
+func TestCountAllocated(t *testing.T) {
+	const owner = "example.com/owner"
+	owned := func(gs *GameServer, who string) *GameServer {
+		c := withState(gs, StateAllocated)
+		c.Annotations = map[string]string{owner: who}
+		return c
+	}
+	ix := NewIndex()
+	ix.Upsert(owned(ready("pre", "n1"), "alice")) // counted once counting starts
+	ix.SetCountedAnnotation(owner)
+	ix.Upsert(ready("a", "n1"))
+	ix.Upsert(ready("b", "n1"))
+	ix.Upsert(owned(ready("c", "n2"), "bob"))
+	if a, b := ix.CountAllocated("alice"), ix.CountAllocated("bob"); a != 1 || b != 1 {
+		t.Fatalf("alice %d, bob %d; want 1 and 1", a, b)
+	}
+	req := mustNormalize(t, &Request{Metadata: MetaPatch{Annotations: map[string]string{owner: "alice"}}})
+	res, err := ix.Allocate(req, t0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ix.CountAllocated("alice"); n != 1 {
+		t.Fatalf("a held allocation counted before its commit: %d", n)
+	}
+	ix.Commit(res, nil)
+	if n := ix.CountAllocated("alice"); n != 2 {
+		t.Fatalf("after the commit: alice %d, want 2", n)
+	}
+	ix.Upsert(withState(ix.mustGet(t, "c"), StateShutdown)) // bob's session ends
+	ix.Remove(Key{Namespace: "default", Name: "pre"})
+	if a, b := ix.CountAllocated("alice"), ix.CountAllocated("bob"); a != 1 || b != 0 {
+		t.Fatalf("after shutdown and removal: alice %d, bob %d; want 1 and 0", a, b)
+	}
+	ix.Upsert(owned(ix.mustGet(t, res.GameServer.Name), "bob")) // re-allocated to bob
+	if a, b := ix.CountAllocated("alice"), ix.CountAllocated("bob"); a != 0 || b != 1 {
+		t.Fatalf("after re-allocation: alice %d, bob %d; want 0 and 1", a, b)
+	}
+}
+
+func (ix *Index) mustGet(t *testing.T, name string) *GameServer {
+	t.Helper()
+	gs, ok := ix.Get(Key{Namespace: "default", Name: name})
+	if !ok {
+		t.Fatalf("no server %s", name)
+	}
+	return gs
+}
+
 func TestListState(t *testing.T) {
 	ix := NewIndex()
 	ix.Upsert(withState(ready("b", "n1"), StateAllocated))

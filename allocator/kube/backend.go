@@ -121,6 +121,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b.ix.SetPackedSpread(cfg.PackedSpread)
 	b.ix.SetReplicaShard(cfg.ReplicaShard, cfg.Replicas)
+	b.ix.SetCountedAnnotation(allocator.OwnerAnnotation)
 	b.informer = cache.NewSharedIndexInformer(listWatch(client, cfg.Namespace), &gameServer{}, 0, cache.Indexers{})
 	b.handler, err = b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    b.onUpsert,
@@ -380,6 +381,9 @@ func (b *Backend) Get(k core.Key) (*core.GameServer, bool) { return b.ix.Get(k) 
 
 // Allocated implements allocator.Backend.
 func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.StateAllocated) }
+
+// AllocatedTo implements allocator.Backend.
+func (b *Backend) AllocatedTo(owner string) int { return b.ix.CountAllocated(owner) }
 
 // Release implements allocator.Backend: the server goes to Shutdown, from
 // which Agones' controller (or qm agent) deletes and replaces it.

@@ -82,6 +82,47 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		Expect(changed).To(Equal(1))
 	})
 
+	It("holds an identity to maxAllocations across replicas and restarts", func() {
+		ns := newNamespace(ctx)
+		for i := range 6 {
+			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
+		}
+		limits, err := allocator.ParseLimits([]byte("apiVersion: quartermaster.dev/v1alpha1\nkind: AllocatorLimits\n" +
+			"identities:\n  player-7: {maxAllocations: 2}\n"))
+		Expect(err).NotTo(HaveOccurred())
+		replica := func() *allocator.Service {
+			svc, err := allocator.NewService(allocator.Options{Backend: startBackend(ctx, ns), Limits: limits})
+			Expect(err).NotTo(HaveOccurred())
+			return svc
+		}
+		a, b := replica(), replica()
+		req := &allocation.AllocationRequest{Namespace: ns}
+		_, err = a.Allocate(ctx, "player-7", req)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = b.Allocate(ctx, "player-7", req)
+		Expect(err).NotTo(HaveOccurred())
+		// Each replica made one; the identity holds two. Once each has seen
+		// the other's write, neither lets it take a third.
+		for _, svc := range []*allocator.Service{a, b} {
+			Eventually(func() codes.Code {
+				_, err := svc.Allocate(ctx, "player-7", req)
+				return status.Code(err)
+			}, 10*time.Second, 50*time.Millisecond).Should(Equal(codes.ResourceExhausted))
+		}
+		// A replica started later (a restart) knows too.
+		_, err = replica().Allocate(ctx, "player-7", req)
+		Expect(status.Code(err)).To(Equal(codes.ResourceExhausted))
+		l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		allocated := 0
+		for _, u := range l.Items {
+			if st, _, _ := unstructured.NestedString(u.Object, "status", "state"); st == "Allocated" {
+				allocated++
+			}
+		}
+		Expect(allocated).To(Equal(2), "the API server's objects, not the allocator's word")
+	})
+
 	It("counts conflict retries in its metrics when replicas race", func() {
 		const servers, workers = 200, 6
 		ns := newNamespace(ctx)

@@ -88,6 +88,7 @@ func New(cfg *Config, opts Options) *Backend {
 			b.sessions[core.Key{Namespace: f.Namespace, Name: f.Name}] = f.SessionDuration.Duration
 		}
 	}
+	b.ix.SetCountedAnnotation(allocator.OwnerAnnotation)
 	b.agent = newAgent(b, cfg, opts.Seed)
 	b.agent.fill(b.clock.Now(), true)
 	return b
@@ -125,6 +126,9 @@ func (b *Backend) Get(key core.Key) (*core.GameServer, bool) { return b.ix.Get(k
 
 // Allocated implements allocator.Backend.
 func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.StateAllocated) }
+
+// AllocatedTo implements allocator.Backend.
+func (b *Backend) AllocatedTo(owner string) int { return b.ix.CountAllocated(owner) }
 
 // Release implements allocator.Backend: the server is shut down (removed)
 // and the agent starts a replacement.
