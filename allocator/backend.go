@@ -73,10 +73,15 @@ type Committer interface {
 
 // ConflictError says a commit lost a race. Fresh, when known, is the
 // server's current state, which goes back into the index so that the next
-// choice is made on it; nil means the server is gone.
+// choice is made on it; nil means the server is gone. A committer that keeps
+// the index itself (the kube backend, whose informer writes it under the
+// backend's lock) sets Reconciled instead: the index already has what the
+// committer knows, and an update from outside that lock could undo a newer
+// one from the informer (bring back a deleted server, say).
 type ConflictError struct {
-	Key   core.Key
-	Fresh *core.GameServer
+	Key        core.Key
+	Fresh      *core.GameServer
+	Reconciled bool
 }
 
 func (e *ConflictError) Error() string {
@@ -109,9 +114,11 @@ func CommitLoop(ctx context.Context, ix *core.Index, c Committer, req *core.Requ
 			ix.Abort(res)
 			return nil, err
 		}
-		if conflict.Fresh != nil {
+		switch {
+		case conflict.Reconciled:
+		case conflict.Fresh != nil:
 			ix.Upsert(conflict.Fresh)
-		} else {
+		default:
 			ix.Remove(res.Previous.Key())
 		}
 		ix.Abort(res)

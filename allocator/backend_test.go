@@ -177,3 +177,42 @@ func TestReallocationIsScopedToTheOwner(t *testing.T) {
 		t.Fatalf("owner after bob's re-allocation = %q", got)
 	}
 }
+
+// A committer that keeps the index itself answers Reconciled: CommitLoop
+// then leaves the index alone, so what the committer (its informer) put
+// there while the commit was failing stands, and the next choice is made on
+// it. Here the informer delivers a newer state of the server the write lost
+// on: CommitLoop must neither drop it nor overwrite it.
+func TestCommitLoopLeavesReconciledIndexAlone(t *testing.T) {
+	b := newStoreBackend(1)
+	tries := 0
+	b.commit = func(_ context.Context, res *core.Result) (*core.GameServer, error) {
+		tries++
+		if tries == 1 {
+			newer := *res.Previous
+			newer.Version = "2"
+			b.ix.Upsert(&newer)
+			return nil, &allocator.ConflictError{Key: res.Previous.Key(), Reconciled: true}
+		}
+		if res.Previous.Version != "2" {
+			t.Errorf("second choice made on version %s, want the informer's 2", res.Previous.Version)
+		}
+		return res.GameServer, nil
+	}
+	a, err := b.Allocate(context.Background(), mustNormalize(t, &core.Request{}), time.Now(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Retries != 1 {
+		t.Fatalf("%d retries, want 1", a.Retries)
+	}
+}
+
+func mustNormalize(t *testing.T, r *core.Request) *core.Request {
+	t.Helper()
+	n, err := core.Normalize(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -291,19 +291,14 @@ func (b *Backend) reconcile(k core.Key) {
 // it was when chosen, so the API server refuses it if anything changed.
 func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServer, error) {
 	k := res.Previous.Key()
+	reconciled := &allocator.ConflictError{Key: k, Reconciled: true}
 	b.mu.Lock()
 	raw := b.raw[k]
 	b.mu.Unlock()
-	if raw == nil {
-		return nil, &allocator.ConflictError{Key: k}
-	}
-	if raw.ResourceVersion != res.Previous.Version {
-		// The cache moved on after the choice: choose again on what it has.
-		fresh, err := toCore(raw)
-		if err != nil {
-			return nil, &allocator.ConflictError{Key: k}
-		}
-		return nil, &allocator.ConflictError{Key: k, Fresh: fresh}
+	if raw == nil || raw.ResourceVersion != res.Previous.Version {
+		// The informer deleted or updated the server after the choice,
+		// and put that into the index: choose again on what it has.
+		return nil, reconciled
 	}
 	obj, err := withAllocation(raw.raw, res.Previous, res.GameServer)
 	if err != nil {
@@ -315,10 +310,10 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 	case apierrors.IsConflict(err):
 		b.conflicts.Add(1)
 		b.lastConflict.Store(time.Now().UnixNano())
-		return nil, b.refresh(ctx, k)
+		return nil, b.refresh(ctx, k, raw)
 	case apierrors.IsNotFound(err):
 		b.forget(k, raw)
-		return nil, &allocator.ConflictError{Key: k}
+		return nil, reconciled
 	default:
 		return nil, fmt.Errorf("updating gameserver %s/%s: %w", k.Namespace, k.Name, err)
 	}
@@ -347,32 +342,31 @@ func (b *Backend) put(ctx context.Context, k core.Key, obj []byte) (*gameServer,
 }
 
 // refresh reads the server after a lost race, so the next choice is made on
-// its real state without waiting for the informer.
-func (b *Backend) refresh(ctx context.Context, k core.Key) error {
+// its real state without waiting for the informer. It updates the index
+// under the backend's lock, like the informer, and only for the object the
+// backend still knows: a deletion the informer delivered meanwhile stands.
+func (b *Backend) refresh(ctx context.Context, k core.Key, tried *gameServer) error {
 	cur, err := b.get(ctx, k)
 	if apierrors.IsNotFound(err) {
-		b.mu.Lock()
-		delete(b.raw, k)
-		b.mu.Unlock()
-		return &allocator.ConflictError{Key: k}
+		b.forget(k, tried)
+		return &allocator.ConflictError{Key: k, Reconciled: true}
 	}
 	if err != nil {
 		return fmt.Errorf("re-reading gameserver %s/%s after a conflict: %w", k.Namespace, k.Name, err)
 	}
 	b.noteRV(&b.writtenRV, cur.ResourceVersion)
-	b.rememberWritten(cur, false)
-	fresh, err := toCore(cur)
-	if err != nil {
-		return &allocator.ConflictError{Key: k}
-	}
-	return &allocator.ConflictError{Key: k, Fresh: fresh}
+	b.rememberWritten(cur, true)
+	return &allocator.ConflictError{Key: k, Reconciled: true}
 }
 
-func (b *Backend) forget(k core.Key, raw *gameServer) {
+// forget drops a server the API server says is gone, unless the informer
+// has replaced the object meanwhile (a new one of the same name).
+func (b *Backend) forget(k core.Key, gone *gameServer) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.raw[k] == raw {
+	if cur := b.raw[k]; cur != nil && cur.UID == gone.UID {
 		delete(b.raw, k)
+		b.ix.Remove(k)
 	}
 }
 

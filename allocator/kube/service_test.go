@@ -90,8 +90,11 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		limits, err := allocator.ParseLimits([]byte("apiVersion: quartermaster.dev/v1alpha1\nkind: AllocatorLimits\n" +
 			"identities:\n  player-7: {maxAllocations: 2}\n"))
 		Expect(err).NotTo(HaveOccurred())
+		var backends []*kube.Backend
 		replica := func() *allocator.Service {
-			svc, err := allocator.NewService(allocator.Options{Backend: startBackend(ctx, ns), Limits: limits})
+			b := startBackend(ctx, ns)
+			backends = append(backends, b)
+			svc, err := allocator.NewService(allocator.Options{Backend: b, Limits: limits})
 			Expect(err).NotTo(HaveOccurred())
 			return svc
 		}
@@ -102,12 +105,14 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		_, err = b.Allocate(ctx, "player-7", req)
 		Expect(err).NotTo(HaveOccurred())
 		// Each replica made one; the identity holds two. Once each has seen
-		// the other's write, neither lets it take a third.
+		// the other's write (through its informer: until then a third could
+		// slip through, the documented race), neither lets it take a third.
+		for _, be := range backends {
+			Eventually(func() int { return be.AllocatedTo("player-7") }, 10*time.Second, 20*time.Millisecond).Should(Equal(2))
+		}
 		for _, svc := range []*allocator.Service{a, b} {
-			Eventually(func() codes.Code {
-				_, err := svc.Allocate(ctx, "player-7", req)
-				return status.Code(err)
-			}, 10*time.Second, 50*time.Millisecond).Should(Equal(codes.ResourceExhausted))
+			_, err := svc.Allocate(ctx, "player-7", req)
+			Expect(status.Code(err)).To(Equal(codes.ResourceExhausted), "%v", err)
 		}
 		// A replica started later (a restart) knows too.
 		_, err = replica().Allocate(ctx, "player-7", req)
