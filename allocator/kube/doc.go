@@ -8,9 +8,13 @@
 // goes back into the index and the core chooses again (allocator.CommitLoop).
 // The answer is returned only after the API server has accepted the write.
 //
-// Objects are kept raw (unstructured), and an allocation changes only the
-// fields it means to change — labels, annotations, status.state and the
-// counters and lists it acts on — so everything Agones writes that this
-// package does not model (the pod template under spec.template, status
-// fields of newer Agones versions) survives untouched.
+// Objects are kept as the JSON the API server sent, and an allocation
+// changes only the fields it means to change — labels, annotations,
+// status.state and the counters and lists it acts on — so everything Agones
+// writes that this package does not model (the pod template under
+// spec.template, status fields of newer Agones versions) survives
+// untouched. Every replica's informer sees every write in the cluster, so
+// watch events are decoded leanly: a small scanner (jsonscan.go) finds
+// metadata and status, and only those go through encoding/json
+// (object.go, watch.go).
 package kube
