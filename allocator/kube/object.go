@@ -235,6 +235,17 @@ func child(m map[string]any, key string) (map[string]any, error) {
 	}
 }
 
+// childPath is child applied down a path of keys.
+func childPath(m map[string]any, keys ...string) (map[string]any, error) {
+	for _, k := range keys {
+		var err error
+		if m, err = child(m, k); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
 func setStringMap(m map[string]any, key string, v map[string]string) {
 	if v == nil {
 		delete(m, key)
@@ -266,11 +277,7 @@ func withAllocation(raw []byte, before, after *core.GameServer) ([]byte, error) 
 		if old, ok := before.Counters[k]; ok && old == c {
 			continue
 		}
-		counters, err := child(st, "counters")
-		if err != nil {
-			return nil, err
-		}
-		one, err := child(counters, k)
+		one, err := childPath(st, "counters", k)
 		if err != nil {
 			return nil, err
 		}
@@ -281,11 +288,7 @@ func withAllocation(raw []byte, before, after *core.GameServer) ([]byte, error) 
 		if old, ok := before.Lists[k]; ok && old.Capacity == l.Capacity && equalStrings(old.Values, l.Values) {
 			continue
 		}
-		lists, err := child(st, "lists")
-		if err != nil {
-			return nil, err
-		}
-		one, err := child(lists, k)
+		one, err := childPath(st, "lists", k)
 		if err != nil {
 			return nil, err
 		}

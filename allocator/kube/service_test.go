@@ -117,14 +117,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		// A replica started later (a restart) knows too.
 		_, err = replica().Allocate(ctx, "player-7", req)
 		Expect(status.Code(err)).To(Equal(codes.ResourceExhausted))
-		l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		allocated := 0
-		for _, u := range l.Items {
-			if st, _, _ := unstructured.NestedString(u.Object, "status", "state"); st == "Allocated" {
-				allocated++
-			}
-		}
+		allocated := countAllocated(ctx, ns)
 		Expect(allocated).To(Equal(2), "the API server's objects, not the allocator's word")
 	})
 
@@ -164,14 +157,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		Expect(retries).To(BeNumerically(">", 0), "replicas racing for the same Packed servers must have retried")
 		// And the API server agrees that no server was taken twice: every
 		// Allocated one carries one allocation stamp.
-		l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		allocated := 0
-		for _, u := range l.Items {
-			if st, _, _ := unstructured.NestedString(u.Object, "status", "state"); st == "Allocated" {
-				allocated++
-			}
-		}
+		allocated := countAllocated(ctx, ns)
 		var ok float64
 		for _, svc := range services {
 			ok += sumCounters(svc.Metrics().Outcomes, "OK")
@@ -206,4 +192,17 @@ func sumCounters(c prometheus.Collector, code string) float64 {
 		sum += d.GetCounter().GetValue()
 	}
 	return sum
+}
+
+// countAllocated counts the Allocated GameServers in ns on the API server.
+func countAllocated(ctx context.Context, ns string) int {
+	l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, u := range l.Items {
+		if st, _, _ := unstructured.NestedString(u.Object, "status", "state"); st == "Allocated" {
+			n++
+		}
+	}
+	return n
 }

@@ -58,19 +58,9 @@ func TestKubernetesFlow(t *testing.T) {
 	}
 
 	allocate := func(args ...string) (string, error) {
-		var o, e bytes.Buffer
-		args = append([]string{"--addr", addrs["grpc"], "--certs-dir", filepath.Join(state, "certs")}, args...)
-		if err := commands["allocate"].run(ctx, args, &o, &e); err != nil {
-			return e.String(), err
-		}
-		return o.String(), nil
+		return runClient(ctx, "allocate", addrs["grpc"], filepath.Join(state, "certs"), args...)
 	}
-	var resp struct {
-		GameServerName string `json:"gameServerName"`
-		Counters       map[string]struct {
-			Count string `json:"count"`
-		} `json:"counters"`
-	}
+	var resp allocateOutput
 	// The agent needs a moment to create the Fleet's servers and mark them
 	// Ready; until then the answer is "nothing matches".
 	var names []string

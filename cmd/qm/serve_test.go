@@ -65,21 +65,10 @@ func TestServeAllocateListRelease(t *testing.T) {
 	}
 	certsDir := filepath.Join(state, "certs")
 	run := func(name string, args ...string) (string, error) {
-		var o, e bytes.Buffer
-		args = append([]string{"--addr", addrs["grpc"], "--certs-dir", certsDir}, args...)
-		err := commands[name].run(context.Background(), args, &o, &e)
-		if err != nil {
-			return e.String(), err
-		}
-		return o.String(), nil
+		return runClient(context.Background(), name, addrs["grpc"], certsDir, args...)
 	}
 
-	var resp struct {
-		GameServerName string `json:"gameServerName"`
-		Counters       map[string]struct {
-			Count string `json:"count"`
-		} `json:"counters"`
-	}
+	var resp allocateOutput
 	o, err := run("allocate", "--identity", "alice", "--selector", "mode=lobby", "--counter", "rooms=Increment:2", "--list-add", "players=alice")
 	if err != nil {
 		t.Fatalf("allocate over gRPC: %v %s", err, o)
@@ -236,4 +225,24 @@ func TestParseReplicaShard(t *testing.T) {
 			t.Errorf("%q/%d/%q = %d, %v; want %d", c.v, c.replicas, c.host, got, err, c.want)
 		}
 	}
+}
+
+// runClient runs a client command (allocate, list, release) against the
+// server at addr with the certificates in certsDir; it returns standard
+// output, or standard error with the command's error.
+func runClient(ctx context.Context, name, addr, certsDir string, args ...string) (string, error) {
+	var o, e bytes.Buffer
+	args = append([]string{"--addr", addr, "--certs-dir", certsDir}, args...)
+	if err := commands[name].run(ctx, args, &o, &e); err != nil {
+		return e.String(), err
+	}
+	return o.String(), nil
+}
+
+// allocateOutput is the part of `qm allocate`'s JSON the tests read.
+type allocateOutput struct {
+	GameServerName string `json:"gameServerName"`
+	Counters       map[string]struct {
+		Count string `json:"count"`
+	} `json:"counters"`
 }
