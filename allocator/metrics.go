@@ -41,7 +41,17 @@ func (m *Metrics) series(ns, fleet string, code codes.Code) *series {
 	if s, ok := m.cache.Load(k); ok {
 		return s.(*series)
 	}
-	nsl, fl := m.nsLabels.get(ns), m.fleetLabels.get(fleet)
+	// Only a successful allocation gives a namespace or fleet a series of
+	// its own: those name real servers. A failed request's names come from
+	// the caller alone (any string, valid or not), so it uses a series only
+	// if one exists and otherwise counts as _other; a caller inventing
+	// names cannot use up the bound and push real namespaces out.
+	var nsl, fl string
+	if code == codes.OK {
+		nsl, fl = m.nsLabels.get(ns), m.fleetLabels.get(fleet)
+	} else {
+		nsl, fl = m.nsLabels.known(ns), m.fleetLabels.known(fleet)
+	}
 	s := &series{
 		latency: m.Latency.WithLabelValues(nsl, fl),
 		outcome: m.Outcomes.WithLabelValues(nsl, fl, code.String()),
@@ -119,6 +129,15 @@ type boundedLabels struct {
 	seen sync.Map // string → struct{}
 	mu   sync.Mutex
 	n    int
+}
+
+// known returns v if it has a series already (or is empty: no fleet named),
+// else OtherLabel.
+func (b *boundedLabels) known(v string) string {
+	if _, ok := b.seen.Load(v); ok || v == "" {
+		return v
+	}
+	return OtherLabel
 }
 
 func (b *boundedLabels) get(v string) string {

@@ -1,6 +1,7 @@
 package allocator_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -24,6 +25,14 @@ func TestMetricsValues(t *testing.T) {
 	if _, err := h.grpcAllocate(conn, lobby); err == nil {
 		t.Fatal("third lobby allocation succeeded")
 	}
+	// Failed requests in namespaces a caller invents take no series of
+	// their own (_other), so they cannot use up the bound on label values
+	// before a real namespace's first allocation.
+	for i := range 250 {
+		if _, err := h.grpcAllocate(conn, &allocation.AllocationRequest{Namespace: fmt.Sprintf("invented-%d", i)}); err == nil {
+			t.Fatal("allocation in an invented namespace succeeded")
+		}
+	}
 	if _, err := h.grpcAllocate(conn, &allocation.AllocationRequest{Namespace: "other"}); err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +49,7 @@ func TestMetricsValues(t *testing.T) {
 		{"default", "", "ResourceExhausted", 1},
 		{"other", "other", "OK", 1},
 		{"default", "", "InvalidArgument", 1},
+		{"_other", "", "ResourceExhausted", 250},
 	} {
 		if got := testutil.ToFloat64(m.Outcomes.WithLabelValues(c.ns, c.fleet, c.code)); got != c.want {
 			t.Errorf("allocations_total{namespace=%q,fleet=%q,code=%q} = %v, want %v", c.ns, c.fleet, c.code, got, c.want)
@@ -53,6 +63,7 @@ func TestMetricsValues(t *testing.T) {
 	const want = `
 # HELP qm_allocator_allocation_retries_total Allocation commits that lost a race and were retried, by namespace and fleet.
 # TYPE qm_allocator_allocation_retries_total counter
+qm_allocator_allocation_retries_total{fleet="",namespace="_other"} 0
 qm_allocator_allocation_retries_total{fleet="",namespace="default"} 0
 qm_allocator_allocation_retries_total{fleet="other",namespace="other"} 0
 qm_allocator_allocation_retries_total{fleet="rooms",namespace="default"} 0
@@ -83,8 +94,8 @@ qm_allocator_allocation_retries_total{fleet="rooms",namespace="default"} 0
 	}
 	// One log line per failed allocation, with the reason.
 	logs := h.logs.String()
-	if n := strings.Count(logs, `msg="allocation failed"`); n != 2 {
-		t.Errorf("%d failure log lines, want 2:\n%s", n, logs)
+	if n := strings.Count(logs, `msg="allocation failed"`); n != 252 {
+		t.Errorf("%d failure log lines, want 252:\n%s", n, logs)
 	}
 	if !strings.Contains(logs, `code=InvalidArgument reason="invalid request: scheduling: unknown value \"Sideways\"`) {
 		t.Errorf("failure log lacks the reason:\n%s", logs)
