@@ -2,8 +2,10 @@ package allocator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -73,6 +75,41 @@ func LoadLimits(path string) (*LimitsConfig, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// WatchLimitsFile re-reads the limits file at path every interval until ctx
+// ends, and calls apply with its contents each time they change, so limits
+// can be edited (or a ConfigMap updated) without a restart. A file that
+// cannot be read or does not validate is logged and the limits in force
+// stay. The file's content when it starts is taken as already applied
+// (LoadLimits at start-up).
+func WatchLimitsFile(ctx context.Context, path string, interval time.Duration, log *slog.Logger, apply func(*LimitsConfig)) {
+	last, _ := os.ReadFile(path)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			log.Error("limits file unreadable; keeping the limits in force", "path", path, "err", err)
+			continue
+		}
+		if bytes.Equal(b, last) {
+			continue
+		}
+		last = b
+		c, err := ParseLimits(b)
+		if err != nil {
+			log.Error("limits file invalid; keeping the limits in force", "path", path, "err", err)
+			continue
+		}
+		apply(c)
+		log.Info("limits reloaded", "path", path, "identities", len(c.Identities), "default", c.Default != nil)
+	}
 }
 
 // ParseLimits decodes a limits file strictly (a misspelt key is an error,

@@ -2,9 +2,13 @@ package allocator_test
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -162,4 +166,79 @@ func TestLimitsFixtures(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
+}
+
+// Limits edited while the allocator runs take effect without a restart; an
+// edit that does not validate is reported and changes nothing.
+func TestLimitsReload(t *testing.T) {
+	h := startHarness(t, harnessOpts{limits: ownershipLimits})
+	alice := h.dial(h.pki.client(t, "alice", nil, nil))
+	_, err := h.grpcAllocate(alice, &allocation.AllocationRequest{Namespace: "other"})
+	wantCode(t, err, codes.PermissionDenied)
+
+	path := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(path, []byte(ownershipLimits), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs syncLog
+	applied := make(chan *allocator.LimitsConfig, 4)
+	go allocator.WatchLimitsFile(ctx, path, 5*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)), func(c *allocator.LimitsConfig) {
+		h.svc.SetLimits(c)
+		applied <- c
+	})
+	write := func(s string) {
+		t.Helper()
+		// Through a rename, as a ConfigMap volume updates.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("apiVersion: quartermaster.dev/v1alpha1\nkind: AllocatorLimits\ndefault: {namespaces: [default], maxAlocations: 1}\n")
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "limits file invalid"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("an invalid edit was not reported:\n%s", logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "maxAlocations") {
+		t.Errorf("the report does not name the bad key:\n%s", logs.String())
+	}
+	_, err = h.grpcAllocate(alice, &allocation.AllocationRequest{Namespace: "other"})
+	wantCode(t, err, codes.PermissionDenied) // the old limits still hold
+
+	write("apiVersion: quartermaster.dev/v1alpha1\nkind: AllocatorLimits\ndefault: {namespaces: [default, other]}\n")
+	select {
+	case <-applied:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the edit was not applied:\n%s", logs.String())
+	}
+	if _, err := h.grpcAllocate(alice, &allocation.AllocationRequest{Namespace: "other"}); err != nil {
+		t.Fatalf("after the reload: %v", err)
+	}
+	if len(applied) != 0 {
+		t.Fatal("the invalid edit was applied")
+	}
+}
+
+// syncLog is a log sink the watcher's goroutine writes while the test reads.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -57,7 +57,7 @@ type Options struct {
 // front ends so that both answer the same request the same way.
 type Service struct {
 	backend     Backend
-	limits      *limiter
+	limits      atomic.Pointer[limiter] // nil: no limits
 	log         *slog.Logger
 	metrics     *Metrics
 	now         func() time.Time
@@ -87,7 +87,6 @@ func NewService(o Options) (*Service, error) {
 	}
 	s := &Service{
 		backend:     o.Backend,
-		limits:      newLimiter(o.Limits),
 		log:         o.Logger,
 		metrics:     o.Metrics,
 		now:         o.Now,
@@ -113,11 +112,18 @@ func NewService(o Options) (*Service, error) {
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
 	}
+	s.limits.Store(newLimiter(o.Limits))
 	return s, nil
 }
 
 // Metrics returns the metrics the service records into.
 func (s *Service) Metrics() *Metrics { return s.metrics }
+
+// SetLimits replaces the identity limits (nil: none) for the requests that
+// start from now on; requests under way finish under the old ones. Request
+// rates start afresh, and allocations held are counted from the backend
+// either way.
+func (s *Service) SetLimits(cfg *LimitsConfig) { s.limits.Store(newLimiter(cfg)) }
 
 // Backend returns the service's backend.
 func (s *Service) Backend() Backend { return s.backend }
@@ -193,7 +199,7 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector: this allocator has no multi-cluster policies", ns)
 	}
 
-	h, err := s.limits.admit(identity, ns, s.now(), s.backend)
+	h, err := s.limits.Load().admit(identity, ns, s.now(), s.backend)
 	if err != nil {
 		var le *limitError
 		if errors.As(err, &le) {
@@ -213,7 +219,7 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
 	// Re-allocating a live server (selector state Allocated) would make the
 	// caller its owner: a non-admin may only re-allocate its own.
-	if !s.limits.isAdmin(identity) {
+	if !s.limits.Load().isAdmin(identity) {
 		ownedOnly(&req, identity)
 	}
 
@@ -330,7 +336,7 @@ func (s *Service) list(ctx context.Context, identity string, in *qmv1.ListReques
 	}
 	owner, all := identity, false
 	if in.GetOwner() != "" || in.GetAllOwners() {
-		if !s.limits.isAdmin(identity) {
+		if !s.limits.Load().isAdmin(identity) {
 			return nil, status.Errorf(codes.PermissionDenied, "identity %q is not an admin: it may list only its own allocations (leave owner and allOwners unset)", identity)
 		}
 		owner, all = in.GetOwner(), in.GetAllOwners()
@@ -395,7 +401,7 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 		return nil, notYours
 	}
 	owner := gs.Annotations[OwnerAnnotation]
-	if owner != identity && !s.limits.isAdmin(identity) {
+	if owner != identity && !s.limits.Load().isAdmin(identity) {
 		return nil, notYours
 	}
 	stamp := gs.Annotations[core.LastAllocatedAnnotation]

@@ -104,7 +104,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.replicaShard, "replica-shard", "", "with --replicas: this replica's number (0..replicas-1), or \"hostname\" to take it from a StatefulSet pod name's ordinal suffix; replicas then prefer different servers within --packed-spread")
 	fs.IntVar(&f.replicas, "replicas", 0, "how many allocator replicas share the cluster (for --replica-shard)")
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
-	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits); without it every identity may allocate anywhere")
+	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits), re-read every 2s so edits apply without a restart; without it every identity may allocate anywhere")
 	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -262,6 +262,9 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	}
 
 	go tlsSrv.Run(runCtx)
+	if f.limits != "" {
+		go allocator.WatchLimitsFile(runCtx, f.limits, limitsPollInterval, log, svc.SetLimits)
+	}
 	srv.Start()
 
 	grpcAddr, restAddr, httpAddr := srv.Addrs()
@@ -286,6 +289,9 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	log.Info("stopped")
 	return err
 }
+
+// limitsPollInterval is how often --limits is re-read for changes.
+var limitsPollInterval = 2 * time.Second
 
 // kubeRESTConfig loads the API server connection: the kubeconfig given,
 // else $KUBECONFIG, else the in-cluster service account.
