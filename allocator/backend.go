@@ -35,11 +35,12 @@ type Backend interface {
 	// server's last-allocated annotation, so that a Release racing with a
 	// re-allocation to someone else does not end the newer allocation.
 	Release(ctx context.Context, key core.Key, ifAllocatedAt string) (*core.GameServer, error)
-	// AllocatedTo is how many servers in state Allocated carry owner in
-	// their OwnerAnnotation, in every namespace: what an identity holds,
+	// AllocatedTo returns the servers in state Allocated that carry owner
+	// in their OwnerAnnotation, in every namespace: what an identity holds,
 	// as far as this backend sees (with several replicas, their writes
-	// arrive through its informer).
-	AllocatedTo(owner string) int
+	// arrive through its informer). It costs what the owner holds, not
+	// what the backend holds: admission and List call it per request.
+	AllocatedTo(owner string) []*core.GameServer
 	// Ready reports whether the backend can serve (its cache has synced).
 	Ready() bool
 }

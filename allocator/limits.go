@@ -66,6 +66,23 @@ type IdentityLimits struct {
 
 // LoadLimits reads and validates a limits file.
 func LoadLimits(path string) (*LimitsConfig, error) {
+	f, err := OpenLimitsFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Config, nil
+}
+
+// LimitsFile is a limits file and what was last read from it.
+type LimitsFile struct {
+	path string
+	last []byte
+	// Config is the file's limits as last read.
+	Config *LimitsConfig
+}
+
+// OpenLimitsFile reads and validates a limits file.
+func OpenLimitsFile(path string) (*LimitsFile, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -74,17 +91,14 @@ func LoadLimits(path string) (*LimitsConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return c, nil
+	return &LimitsFile{path: path, last: b, Config: c}, nil
 }
 
-// WatchLimitsFile re-reads the limits file at path every interval until ctx
-// ends, and calls apply with its contents each time they change, so limits
-// can be edited (or a ConfigMap updated) without a restart. A file that
-// cannot be read or does not validate is logged and the limits in force
-// stay. The file's content when it starts is taken as already applied
-// (LoadLimits at start-up).
-func WatchLimitsFile(ctx context.Context, path string, interval time.Duration, log *slog.Logger, apply func(*LimitsConfig)) {
-	last, _ := os.ReadFile(path)
+// Watch re-reads the file every interval until ctx ends, and calls apply
+// with its limits each time its content changes, so limits can be edited
+// (or a ConfigMap updated) without a restart. A file that cannot be read
+// or does not validate is logged and the limits in force stay.
+func (f *LimitsFile) Watch(ctx context.Context, interval time.Duration, log *slog.Logger, apply func(*LimitsConfig)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -93,22 +107,23 @@ func WatchLimitsFile(ctx context.Context, path string, interval time.Duration, l
 			return
 		case <-t.C:
 		}
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(f.path)
 		if err != nil {
-			log.Error("limits file unreadable; keeping the limits in force", "path", path, "err", err)
+			log.Error("limits file unreadable; keeping the limits in force", "path", f.path, "err", err)
 			continue
 		}
-		if bytes.Equal(b, last) {
+		if bytes.Equal(b, f.last) {
 			continue
 		}
-		last = b
+		f.last = b
 		c, err := ParseLimits(b)
 		if err != nil {
-			log.Error("limits file invalid; keeping the limits in force", "path", path, "err", err)
+			log.Error("limits file invalid; keeping the limits in force", "path", f.path, "err", err)
 			continue
 		}
+		f.Config = c
 		apply(c)
-		log.Info("limits reloaded", "path", path, "identities", len(c.Identities), "default", c.Default != nil)
+		log.Info("limits reloaded", "path", f.path, "identities", len(c.Identities), "default", c.Default != nil)
 	}
 }
 
@@ -286,7 +301,7 @@ func (l *limiter) admit(identity, namespace string, now time.Time, b Backend) (*
 	// through other replicas, or before a restart, count too.
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if n := b.AllocatedTo(identity) + h.pending; n >= max {
+	if n := len(b.AllocatedTo(identity)) + h.pending; n >= max {
 		return nil, &limitError{reason: "max_allocations",
 			msg: fmt.Sprintf("identity %q already holds %d of its %d allowed allocations; release one first", identity, n, max)}
 	}

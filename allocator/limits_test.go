@@ -184,7 +184,11 @@ func TestLimitsReload(t *testing.T) {
 	defer cancel()
 	var logs syncLog
 	applied := make(chan *allocator.LimitsConfig, 4)
-	go allocator.WatchLimitsFile(ctx, path, 5*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)), func(c *allocator.LimitsConfig) {
+	lf, err := allocator.OpenLimitsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go lf.Watch(ctx, 5*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)), func(c *allocator.LimitsConfig) {
 		h.svc.SetLimits(c)
 		applied <- c
 	})

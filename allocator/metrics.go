@@ -3,9 +3,10 @@ package allocator
 import (
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // Metrics are the service's Prometheus metrics. They live on whatever
@@ -42,7 +43,8 @@ func (m *Metrics) series(ns, fleet string, code codes.Code) *series {
 		return s.(*series)
 	}
 	// Only a successful allocation gives a namespace or fleet a series of
-	// its own: those name real servers. A failed request's names come from
+	// its own (the default namespace has one from the start): those name
+	// real servers. A failed request's names come from
 	// the caller alone (any string, valid or not), so it uses a series only
 	// if one exists and otherwise counts as _other; a caller inventing
 	// names cannot use up the bound and push real namespaces out.
@@ -75,7 +77,7 @@ var LatencyBuckets = []float64{
 
 // NewMetrics builds the metrics; Register puts them on a registry.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "qm", Subsystem: "allocator", Name: "allocation_duration_seconds",
 			Help:    "Time to answer an allocation request, from decoding to response, by namespace and fleet (fleet is empty when nothing was allocated).",
@@ -104,6 +106,10 @@ func NewMetrics() *Metrics {
 		nsLabels:    boundedLabels{max: maxLabelValues},
 		fleetLabels: boundedLabels{max: maxLabelValues},
 	}
+	// The default namespace is everyone's: its failures count under its
+	// name from the first request on.
+	m.nsLabels.get(core.DefaultNamespace)
+	return m
 }
 
 // Register adds every metric to r.

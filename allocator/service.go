@@ -347,7 +347,11 @@ func (s *Service) list(ctx context.Context, identity string, in *qmv1.ListReques
 		at    time.Time
 	}
 	var recs []rec
-	for _, gs := range s.backend.Allocated() {
+	servers := s.backend.AllocatedTo(owner) // only the owner's: what a caller's List costs
+	if all {
+		servers = s.backend.Allocated()
+	}
+	for _, gs := range servers {
 		o := gs.Annotations[OwnerAnnotation]
 		if (!all && o != owner) || (in.GetNamespace() != "" && gs.Namespace != in.GetNamespace()) {
 			continue

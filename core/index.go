@@ -69,10 +69,10 @@ type Index struct {
 	// preferred share of them (shards <= 1: no preference).
 	spread, shard, shards int
 
-	// counted is the annotation whose values CountAllocated counts among
-	// Allocated servers ("": none); tallies holds the counts.
+	// counted is the annotation by whose values Allocated servers are
+	// filed ("": none), for CountAllocated and ListAllocated.
 	counted string
-	tallies map[string]int
+	owned   map[string]map[*entry]struct{}
 
 	// scratch space reused across allocations (guarded by mu)
 	heap  []cursor
@@ -165,15 +165,15 @@ func NewIndex() *Index {
 	}
 }
 
-// SetCountedAnnotation makes the index count Allocated servers by their
-// value of annotation key (the allocator's owner annotation: how many
-// allocations each identity holds), for CountAllocated.
+// SetCountedAnnotation makes the index file Allocated servers by their
+// value of annotation key (the allocator's owner annotation: what each
+// identity holds), for CountAllocated and ListAllocated.
 func (ix *Index) SetCountedAnnotation(key string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.counted, ix.tallies = key, map[string]int{}
+	ix.counted, ix.owned = key, map[string]map[*entry]struct{}{}
 	for _, e := range ix.entries {
-		ix.tally(e.gs, +1)
+		ix.tally(e, e.gs, true)
 	}
 }
 
@@ -182,10 +182,25 @@ func (ix *Index) SetCountedAnnotation(key string) {
 func (ix *Index) CountAllocated(value string) int {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.tallies[value]
+	return len(ix.owned[value])
 }
 
-func (ix *Index) tally(gs *GameServer, delta int) {
+// ListAllocated returns the servers in state Allocated that carry value
+// under the counted annotation, sorted by namespace and name. It costs what
+// they are, not what the index holds.
+func (ix *Index) ListAllocated(value string) []*GameServer {
+	ix.mu.Lock()
+	out := make([]*GameServer, 0, len(ix.owned[value]))
+	for e := range ix.owned[value] {
+		out = append(out, e.gs)
+	}
+	ix.mu.Unlock()
+	sortByKey(out)
+	return out
+}
+
+// tally files e (whose server is, or was, gs) under its counted value.
+func (ix *Index) tally(e *entry, gs *GameServer, add bool) {
 	if ix.counted == "" || gs.State != StateAllocated {
 		return
 	}
@@ -193,10 +208,18 @@ func (ix *Index) tally(gs *GameServer, delta int) {
 	if !ok {
 		return
 	}
-	if n := ix.tallies[v] + delta; n > 0 {
-		ix.tallies[v] = n
-	} else {
-		delete(ix.tallies, v)
+	set := ix.owned[v]
+	if add {
+		if set == nil {
+			set = map[*entry]struct{}{}
+			ix.owned[v] = set
+		}
+		set[e] = struct{}{}
+		return
+	}
+	delete(set, e)
+	if len(set) == 0 {
+		delete(ix.owned, v)
 	}
 }
 
@@ -288,13 +311,17 @@ func (ix *Index) list(keep func(*GameServer) bool) []*GameServer {
 		}
 	}
 	ix.mu.Unlock()
+	sortByKey(out)
+	return out
+}
+
+func sortByKey(out []*GameServer) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {
 			return out[i].Namespace < out[j].Namespace
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
 }
 
 // Upsert adds gs or replaces the server with the same namespace and name.
@@ -316,7 +343,7 @@ func (ix *Index) Remove(k Key) bool {
 	}
 	ix.unlink(e)
 	ix.count(e.node, e.gs.State, -1)
-	ix.tally(e.gs, -1)
+	ix.tally(e, e.gs, false)
 	ix.releaseNode(e.node)
 	delete(ix.entries, k)
 	e.removed = true
@@ -425,7 +452,7 @@ func (ix *Index) upsert(gs *GameServer) {
 func (ix *Index) update(e *entry, gs *GameServer) {
 	ix.unlink(e)
 	ix.count(e.node, e.gs.State, -1)
-	ix.tally(e.gs, -1)
+	ix.tally(e, e.gs, false)
 	if e.node.name != gs.NodeName {
 		ix.releaseNode(e.node)
 		e.node = nil
@@ -440,7 +467,7 @@ func (ix *Index) place(e *entry, gs *GameServer) {
 		e.node = ix.nodeFor(gs.NodeName)
 	}
 	ix.count(e.node, gs.State, +1)
-	ix.tally(gs, +1)
+	ix.tally(e, gs, true)
 	if !e.held {
 		ix.link(e)
 	}

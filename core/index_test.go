@@ -442,6 +442,9 @@ func TestCountAllocated(t *testing.T) {
 	if n := ix.CountAllocated("alice"); n != 2 {
 		t.Fatalf("after the commit: alice %d, want 2", n)
 	}
+	if l := ix.ListAllocated("alice"); len(l) != 2 || l[0].Name != res.GameServer.Name || l[1].Name != "pre" {
+		t.Fatalf("alice's servers: %v, want %s and pre in name order", l, res.GameServer.Name)
+	}
 	ix.Upsert(withState(ix.mustGet(t, "c"), StateShutdown)) // bob's session ends
 	ix.Remove(Key{Namespace: "default", Name: "pre"})
 	if a, b := ix.CountAllocated("alice"), ix.CountAllocated("bob"); a != 1 || b != 0 {
@@ -450,6 +453,9 @@ func TestCountAllocated(t *testing.T) {
 	ix.Upsert(owned(ix.mustGet(t, res.GameServer.Name), "bob")) // re-allocated to bob
 	if a, b := ix.CountAllocated("alice"), ix.CountAllocated("bob"); a != 0 || b != 1 {
 		t.Fatalf("after re-allocation: alice %d, bob %d; want 0 and 1", a, b)
+	}
+	if l := ix.ListAllocated("bob"); len(l) != 1 || l[0].Name != res.GameServer.Name || len(ix.ListAllocated("alice")) != 0 {
+		t.Fatalf("bob's servers: %v", l)
 	}
 }
 

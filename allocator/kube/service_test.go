@@ -19,6 +19,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // The allocator service (the request path the gRPC and REST front ends
@@ -108,7 +109,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		// the other's write (through its informer: until then a third could
 		// slip through, the documented race), neither lets it take a third.
 		for _, be := range backends {
-			Eventually(func() int { return be.AllocatedTo("player-7") }, 10*time.Second, 20*time.Millisecond).Should(Equal(2))
+			Eventually(func() []*core.GameServer { return be.AllocatedTo("player-7") }, 10*time.Second, 20*time.Millisecond).Should(HaveLen(2))
 		}
 		for _, svc := range []*allocator.Service{a, b} {
 			_, err := svc.Allocate(ctx, "player-7", req)

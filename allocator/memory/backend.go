@@ -128,7 +128,7 @@ func (b *Backend) Get(key core.Key) (*core.GameServer, bool) { return b.ix.Get(k
 func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.StateAllocated) }
 
 // AllocatedTo implements allocator.Backend.
-func (b *Backend) AllocatedTo(owner string) int { return b.ix.CountAllocated(owner) }
+func (b *Backend) AllocatedTo(owner string) []*core.GameServer { return b.ix.ListAllocated(owner) }
 
 // Release implements allocator.Backend: the server is shut down (removed)
 // and the agent starts a replacement.

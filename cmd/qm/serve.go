@@ -169,10 +169,12 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	}
 
 	var limits *allocator.LimitsConfig
+	var limitsFile *allocator.LimitsFile
 	if f.limits != "" {
-		if limits, err = allocator.LoadLimits(f.limits); err != nil {
+		if limitsFile, err = allocator.OpenLimitsFile(f.limits); err != nil {
 			return err
 		}
+		limits = limitsFile.Config
 	}
 	seed := f.seed
 	if seed == 0 {
@@ -262,8 +264,8 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	}
 
 	go tlsSrv.Run(runCtx)
-	if f.limits != "" {
-		go allocator.WatchLimitsFile(runCtx, f.limits, limitsPollInterval, log, svc.SetLimits)
+	if limitsFile != nil {
+		go limitsFile.Watch(runCtx, limitsPollInterval, log, svc.SetLimits)
 	}
 	srv.Start()
 
