@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -182,7 +181,7 @@ func TestLimitsReload(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var logs syncLog
+	var logs syncBuffer
 	applied := make(chan *allocator.LimitsConfig, 4)
 	lf, err := allocator.OpenLimitsFile(path)
 	if err != nil {
@@ -227,22 +226,4 @@ func TestLimitsReload(t *testing.T) {
 	if len(applied) != 0 {
 		t.Fatal("the invalid edit was applied")
 	}
-}
-
-// syncLog is a log sink the watcher's goroutine writes while the test reads.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
