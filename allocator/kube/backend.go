@@ -163,7 +163,7 @@ func (b *Backend) onUpsert(obj any) {
 	b.remember(g, true)
 }
 
-// remember stores u as the newest known state of its server unless the
+// remember stores g as the newest known state of its server unless the
 // backend already knows a newer one of the same object (an informer event
 // that trails our own write). It reports whether u was taken.
 //
