@@ -41,6 +41,9 @@ type Backend interface {
 	// arrive through its informer). It costs what the owner holds, not
 	// what the backend holds: admission and List call it per request.
 	AllocatedTo(owner string) []*core.GameServer
+	// CountAllocatedTo is len(AllocatedTo(owner)) without building the
+	// list: admission asks it on every request of a limited identity.
+	CountAllocatedTo(owner string) int
 	// Ready reports whether the backend can serve (its cache has synced).
 	Ready() bool
 }

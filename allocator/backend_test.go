@@ -33,6 +33,7 @@ func (b *storeBackend) Commit(ctx context.Context, res *core.Result) (*core.Game
 func (b *storeBackend) Get(k core.Key) (*core.GameServer, bool) { return b.ix.Get(k) }
 func (b *storeBackend) Allocated() []*core.GameServer           { return nil }
 func (b *storeBackend) AllocatedTo(string) []*core.GameServer   { return nil }
+func (b *storeBackend) CountAllocatedTo(string) int             { return 0 }
 func (b *storeBackend) Release(context.Context, core.Key, string) (*core.GameServer, error) {
 	return nil, allocator.ErrNotFound
 }

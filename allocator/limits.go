@@ -301,7 +301,7 @@ func (l *limiter) admit(identity, namespace string, now time.Time, b Backend) (*
 	// through other replicas, or before a restart, count too.
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if n := len(b.AllocatedTo(identity)) + h.pending; n >= max {
+	if n := b.CountAllocatedTo(identity) + h.pending; n >= max {
 		return nil, &limitError{reason: "max_allocations",
 			msg: fmt.Sprintf("identity %q already holds %d of its %d allowed allocations; release one first", identity, n, max)}
 	}

@@ -379,6 +379,9 @@ func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.St
 // AllocatedTo implements allocator.Backend.
 func (b *Backend) AllocatedTo(owner string) []*core.GameServer { return b.ix.ListAllocated(owner) }
 
+// CountAllocatedTo implements allocator.Backend.
+func (b *Backend) CountAllocatedTo(owner string) int { return b.ix.CountAllocated(owner) }
+
 // Release implements allocator.Backend: the server goes to Shutdown, from
 // which Agones' controller (or qm agent) deletes and replaces it.
 func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string) (*core.GameServer, error) {

@@ -130,6 +130,9 @@ func (b *Backend) Allocated() []*core.GameServer { return b.ix.ListState(core.St
 // AllocatedTo implements allocator.Backend.
 func (b *Backend) AllocatedTo(owner string) []*core.GameServer { return b.ix.ListAllocated(owner) }
 
+// CountAllocatedTo implements allocator.Backend.
+func (b *Backend) CountAllocatedTo(owner string) int { return b.ix.CountAllocated(owner) }
+
 // Release implements allocator.Backend: the server is shut down (removed)
 // and the agent starts a replacement.
 func (b *Backend) Release(ctx context.Context, key core.Key, ifAllocatedAt string) (*core.GameServer, error) {
