@@ -51,6 +51,9 @@ type Options struct {
 	UnallocatedCode codes.Code
 	// Timeout bounds a request whose caller set no deadline.
 	Timeout time.Duration
+	// MultiCluster serves requests with multiClusterSetting.enabled
+	// (forward.Forwarder); they are refused when nil.
+	MultiCluster MultiCluster
 }
 
 // Service is the allocator's request handling, shared by the gRPC and REST
@@ -65,6 +68,7 @@ type Service struct {
 	seq         atomic.Uint64
 	unallocated codes.Code
 	timeout     time.Duration
+	multi       MultiCluster
 	// instant: the backend never waits (InstantBackend), so a request
 	// without a deadline needs no timer armed to bound it.
 	instant bool
@@ -93,6 +97,7 @@ func NewService(o Options) (*Service, error) {
 		seedBase:    o.Seed,
 		unallocated: o.UnallocatedCode,
 		timeout:     o.Timeout,
+		multi:       o.MultiCluster,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -190,6 +195,14 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	req, err := wire.RequestToCore(in)
 	if err != nil {
 		return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if s.multi != nil {
+		if err := s.multi.Crossed(ctx); err != nil {
+			return ns, "", nil, 0, err
+		}
+		if req.MultiCluster.Enabled {
+			return s.multiCluster(ctx, identity, ns, in, req)
+		}
 	}
 	if req.MultiCluster.Enabled {
 		// This allocator has no multi-cluster policies (no forwarder is

@@ -1,0 +1,182 @@
+package forward
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+)
+
+// clientTLS builds the client TLS configuration of a connection Secret, as
+// Agones builds it: tls.crt and tls.key are the client certificate; the
+// server is verified against serverCa and the Secret's ca.crt when either
+// is given, else against the system roots.
+func clientTLS(sec Secret, serverCA []byte) (*tls.Config, error) {
+	ref := sec.Namespace + "/" + sec.Name
+	crt, key := sec.Data[SecretCertKey], sec.Data[SecretKeyKey]
+	if len(crt) == 0 || len(key) == 0 {
+		return nil, fmt.Errorf("Secret %s has no %s and %s (the client certificate and key)", ref, SecretCertKey, SecretKeyKey)
+	}
+	pair, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s: %s/%s: %v", ref, SecretCertKey, SecretKeyKey, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	ca := sec.Data[SecretCAKey]
+	if len(serverCA) > 0 || len(ca) > 0 {
+		pool, err := certPool(serverCA, ca)
+		if err != nil {
+			return nil, fmt.Errorf("Secret %s or its policy: %v", ref, err)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// certPool reads the policy's serverCa and the Secret's ca.crt (either may
+// be empty) into one pool; each given must hold a PEM certificate.
+func certPool(serverCA, caCrt []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if len(serverCA) > 0 && !pool.AppendCertsFromPEM(serverCA) {
+		return nil, fmt.Errorf("serverCa holds no PEM certificate")
+	}
+	if len(caCrt) > 0 && !pool.AppendCertsFromPEM(caCrt) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", SecretCAKey)
+	}
+	return pool, nil
+}
+
+// clientRef names a connection apart from its credentials' version: the
+// endpoint, the Secret and the policy's serverCa.
+type clientRef struct {
+	endpoint, secret, serverCA string
+}
+
+// client is one cached gRPC connection to a remote allocator.
+type client struct {
+	ref     clientRef
+	version string
+	cc      *grpc.ClientConn
+	api     allocation.AllocationServiceClient
+
+	inflight int  // under clients.mu
+	retired  bool // replaced by a newer version; closed once idle
+}
+
+// clients caches one connection per (endpoint, Secret version). A newer
+// version of the Secret (a rotation) replaces the client for later
+// requests; the old one finishes the calls it carries and is closed when
+// the last of them ends, so a rotation never cuts a call short.
+type clients struct {
+	dialOpts []grpc.DialOption
+	connect  time.Duration
+
+	mu     sync.Mutex
+	byRef  map[clientRef]*client
+	closed bool
+}
+
+func newClients(connectTimeout time.Duration, opts []grpc.DialOption) *clients {
+	return &clients{byRef: map[clientRef]*client{}, connect: connectTimeout, dialOpts: opts}
+}
+
+// get returns the client for endpoint with sec's credentials, dialling
+// (lazily: grpc connects on the first call) when there is none for this
+// version. The caller must put it back with put.
+func (cs *clients) get(endpoint string, sec Secret, serverCA []byte) (*client, error) {
+	sum := sha256.Sum256(serverCA)
+	ref := clientRef{endpoint: endpoint, secret: sec.Namespace + "/" + sec.Name, serverCA: hex.EncodeToString(sum[:8])}
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return nil, fmt.Errorf("the forwarder is shut down")
+	}
+	if c := cs.byRef[ref]; c != nil && c.version == sec.Version {
+		c.inflight++
+		cs.mu.Unlock()
+		return c, nil
+	}
+	cs.mu.Unlock()
+
+	// Build outside the lock: parsing keys is slow enough to matter under
+	// load, and two builders racing only waste one client.
+	cfg, err := clientTLS(sec, serverCA)
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		// Reconnect soon after a remote comes back: grpc's default
+		// backoff grows to two minutes, longer than the breaker waits.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: cs.connect,
+		}),
+	}, cs.dialOpts...)
+	cc, err := grpc.NewClient(endpoint, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s: %v", endpoint, err)
+	}
+	nc := &client{ref: ref, version: sec.Version, cc: cc, api: allocation.NewAllocationServiceClient(cc)}
+
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		_ = cc.Close()
+		return nil, fmt.Errorf("the forwarder is shut down")
+	}
+	if c := cs.byRef[ref]; c != nil {
+		if c.version == sec.Version {
+			// Another request built the same client meanwhile.
+			_ = cc.Close()
+			c.inflight++
+			return c, nil
+		}
+		c.retired = true
+		if c.inflight == 0 {
+			_ = c.cc.Close()
+		}
+	}
+	nc.inflight = 1
+	cs.byRef[ref] = nc
+	return nc, nil
+}
+
+// put ends one call on c.
+func (cs *clients) put(c *client) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.inflight--
+	if c.retired && c.inflight == 0 {
+		_ = c.cc.Close()
+	}
+}
+
+// count reports the cached clients (current versions only), for tests.
+func (cs *clients) count() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.byRef)
+}
+
+func (cs *clients) close() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.closed = true
+	for ref, c := range cs.byRef {
+		c.retired = true
+		if c.inflight == 0 {
+			_ = c.cc.Close()
+		}
+		delete(cs.byRef, ref)
+	}
+}

@@ -1,0 +1,597 @@
+package forward
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// HopsKey is the gRPC metadata key of a forwarded call: the hop names of
+// the allocators it crossed, in order. Agones ignores it; Quartermaster
+// refuses a request whose hops name itself.
+const HopsKey = "quartermaster-hops"
+
+// maxHops bounds the hops a request may carry: a longer path is a loop
+// among allocators that do not know each other's names, or abuse.
+const maxHops = 8
+
+// Defaults for Options.
+const (
+	// DefaultTryTimeout bounds one call to a remote allocator, as Agones'
+	// 10 s per remote call.
+	DefaultTryTimeout = 10 * time.Second
+	// DefaultRetries is how many more rounds over a cluster's endpoints
+	// follow a round in which every endpoint failed to answer.
+	DefaultRetries = 2
+	// DefaultBackoff is the wait before the first such round (Agones'
+	// 100 ms); it doubles each round, with jitter.
+	DefaultBackoff = 100 * time.Millisecond
+)
+
+// Local allocates in this cluster: the service's own path, given the
+// request with multi-cluster disabled and the policy's namespace.
+type Local = func(ctx context.Context, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error)
+
+// Options configure a Forwarder.
+type Options struct {
+	// Source of the policies and Secrets.
+	Source Source
+	// Self is this allocator's hop name (a cluster name); a random one
+	// when empty. Replicas of one cluster that share a name refuse each
+	// other's forwards too.
+	Self string
+	// TryTimeout bounds one call to a remote endpoint (DefaultTryTimeout).
+	TryTimeout time.Duration
+	// Retries and Backoff: see DefaultRetries and DefaultBackoff. Retries
+	// of -1 means none.
+	Retries int
+	Backoff time.Duration
+	Breaker BreakerOptions
+	// UnallocatedCode answers when every cluster tried answered "no game
+	// server" (ResourceExhausted when zero, as the service does).
+	UnallocatedCode codes.Code
+	Clock           Clock
+	Logger          *slog.Logger
+	// Registerer takes the forwarder's metrics; none are registered when
+	// nil.
+	Registerer prometheus.Registerer
+	// DialOptions are added to every remote connection (tests).
+	DialOptions []grpc.DialOption
+}
+
+// Forwarder routes multi-cluster requests. It is safe for concurrent use.
+type Forwarder struct {
+	src         Source
+	self        string
+	tryTimeout  time.Duration
+	retries     int
+	backoff     time.Duration
+	bopts       BreakerOptions
+	unallocated codes.Code
+	clock       Clock
+	log         *slog.Logger
+	m           *metrics
+	clients     *clients
+
+	mu       sync.Mutex
+	breakers map[string]*breaker
+}
+
+// New builds a Forwarder.
+func New(o Options) (*Forwarder, error) {
+	if o.Source == nil {
+		return nil, errors.New("forward: no policy source")
+	}
+	self := o.Self
+	if self == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		self = "qm-" + hex.EncodeToString(b[:])
+	}
+	if strings.ContainsAny(self, ", \t\r\n") {
+		return nil, fmt.Errorf("forward: hop name %q may not contain commas or spaces", self)
+	}
+	f := &Forwarder{
+		src: o.Source, self: self,
+		tryTimeout: o.TryTimeout, retries: o.Retries, backoff: o.Backoff,
+		bopts: o.Breaker.withDefaults(), unallocated: o.UnallocatedCode,
+		clock: o.Clock, log: o.Logger, m: newMetrics(),
+		breakers: map[string]*breaker{},
+	}
+	if f.tryTimeout <= 0 {
+		f.tryTimeout = DefaultTryTimeout
+	}
+	switch {
+	case f.retries < 0:
+		f.retries = 0
+	case f.retries == 0:
+		f.retries = DefaultRetries
+	}
+	if f.backoff <= 0 {
+		f.backoff = DefaultBackoff
+	}
+	if f.unallocated == codes.OK {
+		f.unallocated = codes.ResourceExhausted
+	}
+	if f.clock == nil {
+		f.clock = RealClock{}
+	}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Registerer != nil {
+		if err := f.m.register(o.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	f.clients = newClients(f.tryTimeout, o.DialOptions)
+	return f, nil
+}
+
+// Self returns the forwarder's hop name.
+func (f *Forwarder) Self() string { return f.self }
+
+// Close closes the cached connections; calls under way finish first.
+func (f *Forwarder) Close() { f.clients.close() }
+
+// BreakerState returns the state of endpoint's breaker (host:port);
+// Closed for an endpoint never tried.
+func (f *Forwarder) BreakerState(endpoint string) BreakerState {
+	f.mu.Lock()
+	b := f.breakers[endpoint]
+	f.mu.Unlock()
+	if b == nil {
+		return Closed
+	}
+	return b.current()
+}
+
+func (f *Forwarder) breaker(endpoint string) *breaker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.breakers[endpoint]
+	if b == nil {
+		b = newBreaker(f.bopts, func(from, to BreakerState) {
+			f.m.breaker.WithLabelValues(endpoint).Set(float64(to))
+			lvl := slog.LevelWarn
+			if to == Closed {
+				lvl = slog.LevelInfo
+			}
+			f.log.Log(context.Background(), lvl, "forwarding breaker changed state",
+				"endpoint", endpoint, "from", from.String(), "to", to.String())
+		})
+		f.m.breaker.WithLabelValues(endpoint).Set(float64(Closed))
+		f.breakers[endpoint] = b
+	}
+	return b
+}
+
+// hopsOf returns the hop names a call carries.
+func hopsOf(ctx context.Context) []string {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return nil
+	}
+	var hops []string
+	for _, v := range md.Get(HopsKey) {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				hops = append(hops, h)
+			}
+		}
+	}
+	return hops
+}
+
+// Crossed returns a FailedPrecondition error when the call in ctx already
+// passed through this allocator (or through too many), nil otherwise.
+// The service asks it of every request, forwarded or not, so that a
+// policy pointing back at an allocator on the path ends at that allocator
+// with an error instead of going round.
+func (f *Forwarder) Crossed(ctx context.Context) error {
+	hops := hopsOf(ctx)
+	if len(hops) == 0 {
+		return nil
+	}
+	if len(hops) > maxHops {
+		return status.Errorf(codes.FailedPrecondition,
+			"the request was forwarded through %d allocators (%s), more than %d: refusing it as a forwarding loop",
+			len(hops), strings.Join(hops, " -> "), maxHops)
+	}
+	for _, h := range hops {
+		if h == f.self {
+			return status.Errorf(codes.FailedPrecondition,
+				"forwarding loop: the request already passed through this allocator (%q; path %s -> here): a GameServerAllocationPolicy on that path points back at a cluster already on it",
+				f.self, strings.Join(hops, " -> "))
+		}
+	}
+	return nil
+}
+
+// outcome of one cluster's try, for the error summary and the metrics.
+type outcome string
+
+const (
+	outAllocated   outcome = "allocated"
+	outUnallocated outcome = "unallocated"  // the allocator answered "no game server"
+	outRefused     outcome = "refused"      // it answered with another error
+	outUnavailable outcome = "unavailable"  // no endpoint could be reached
+	outBreakerOpen outcome = "breaker_open" // every endpoint's breaker was open
+	outMisconfig   outcome = "misconfigured"
+	outDeadline    outcome = "deadline"
+)
+
+// try is one cluster's result.
+type try struct {
+	cluster string
+	where   string // "local" or the endpoints
+	out     outcome
+	code    codes.Code
+	msg     string
+}
+
+func (t try) String() string {
+	return fmt.Sprintf("cluster %q (%s): %s (%s)", t.cluster, t.where, t.msg, t.code)
+}
+
+// Allocate serves a request with multiClusterSetting.enabled: the policies
+// of its namespace that its policySelector matches, in core.OrderClusters
+// order for seed, each cluster until one allocates. local serves local
+// entries. Errors are gRPC status errors.
+func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationRequest, seed uint64, local Local) (*allocation.AllocationResponse, error) {
+	if err := f.Crossed(ctx); err != nil {
+		return nil, err
+	}
+	ns := in.GetNamespace()
+	if ns == "" {
+		ns = core.DefaultNamespace
+	}
+	selector := in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()
+	all := f.src.Policies(ns)
+	selected := core.SelectPolicies(all, selector)
+	if len(selected) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector %s (%d policies in that namespace)",
+			ns, formatSelector(selector), len(all))
+	}
+	order := core.OrderClusters(selected, seed)
+	hops := strings.Join(append(hopsOf(ctx), f.self), ",")
+
+	tries := make([]try, 0, len(order))
+	for i, p := range order {
+		if ctx.Err() != nil {
+			for _, q := range order[i:] {
+				tries = append(tries, try{cluster: q.Connection.ClusterName, where: where(q), out: outDeadline,
+					code: codes.DeadlineExceeded, msg: "not tried: the caller's deadline had passed"})
+			}
+			break
+		}
+		var resp *allocation.AllocationResponse
+		var t try
+		start := time.Now()
+		if p.Connection.IsLocal() {
+			resp, t = f.tryLocal(ctx, p, in, ns, local)
+		} else {
+			resp, t = f.tryRemote(ctx, p, in, ns, hops)
+		}
+		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
+		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
+		if resp != nil {
+			return resp, nil
+		}
+		tries = append(tries, t)
+	}
+	return nil, f.summary(ctx, ns, tries)
+}
+
+func where(p core.Policy) string {
+	if p.Connection.IsLocal() {
+		return "local"
+	}
+	return strings.Join(p.Connection.Endpoints, ", ")
+}
+
+func formatSelector(sel map[string]string) string {
+	if len(sel) == 0 {
+		return "{} (every policy)"
+	}
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + sel[k]
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+func (f *Forwarder) tryLocal(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, ns string, local Local) (*allocation.AllocationResponse, try) {
+	t := try{cluster: p.Connection.ClusterName, where: "local"}
+	req := proto.Clone(in).(*allocation.AllocationRequest)
+	if req.MultiClusterSetting != nil {
+		req.MultiClusterSetting.Enabled = false
+	}
+	req.Namespace = ns
+	if p.Connection.Namespace != "" {
+		req.Namespace = p.Connection.Namespace
+	}
+	resp, err := local(ctx, req)
+	if err == nil {
+		t.out = outAllocated
+		return resp, t
+	}
+	st := status.Convert(err)
+	t.code, t.msg = st.Code(), st.Message()
+	switch {
+	case ctx.Err() != nil:
+		t.out = outDeadline
+	case t.code == f.unallocated || t.code == codes.ResourceExhausted:
+		t.out = outUnallocated
+	default:
+		t.out = outRefused
+	}
+	return nil, t
+}
+
+// tryRemote forwards to one remote cluster. Within it, a transport failure
+// moves to the next endpoint; a round in which no endpoint answered is
+// repeated after a backoff while retries and the caller's deadline allow.
+// Any answer from an allocator ends the cluster's turn at once.
+func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, ns, hops string) (*allocation.AllocationResponse, try) {
+	t := try{cluster: p.Connection.ClusterName, where: where(p)}
+	misconfig := func(format string, args ...any) (*allocation.AllocationResponse, try) {
+		t.out, t.code = outMisconfig, codes.FailedPrecondition
+		t.msg = "policy " + ns + "/" + p.Name + ": " + fmt.Sprintf(format, args...)
+		return nil, t
+	}
+	if err := ValidatePolicy(p); err != nil {
+		return misconfig("%v", err)
+	}
+	endpoints := make([]string, len(p.Connection.Endpoints))
+	for i, e := range p.Connection.Endpoints {
+		endpoints[i], _ = Endpoint(e) // validated above
+	}
+	// The Secret lives in the request's namespace, as Agones reads it.
+	sec, ok := f.src.Secret(ns, p.Connection.SecretName)
+	if !ok {
+		return misconfig("Secret %s/%s (spec.connectionInfo.secretName) not found", ns, p.Connection.SecretName)
+	}
+	target := ns
+	if p.Connection.Namespace != "" {
+		target = p.Connection.Namespace
+	}
+	req := ForwardRequest(in, target)
+	octx := metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
+
+	var last []string
+	for round := 0; ; round++ {
+		reached := false
+		for _, ep := range endpoints {
+			br := f.breaker(ep)
+			okTry, probe := br.allow(f.clock.Now())
+			if !okTry {
+				last = append(last, ep+": breaker open (recent transport failures), skipped")
+				continue
+			}
+			reached = true
+			c, err := f.clients.get(ep, sec, p.Connection.ServerCA)
+			if err != nil {
+				br.abandon(probe)
+				return misconfig("%v", err)
+			}
+			if probe {
+				// The connection may sit in grpc's reconnect backoff from
+				// the failures that opened the breaker.
+				c.cc.ResetConnectBackoff()
+			}
+			tctx, cancel := context.WithTimeout(octx, f.tryTimeout)
+			resp, err := c.api.Allocate(tctx, req)
+			cancel()
+			f.clients.put(c)
+			if err == nil {
+				br.success()
+				resp.Source = ep
+				t.out = outAllocated
+				return resp, t
+			}
+			st := status.Convert(err)
+			if ctx.Err() != nil {
+				br.abandon(probe)
+				t.out, t.code = outDeadline, codes.DeadlineExceeded
+				t.msg = fmt.Sprintf("%s: the caller's deadline passed during the call", ep)
+				return nil, t
+			}
+			switch st.Code() {
+			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+				// Not an answer from an allocator: the endpoint is down,
+				// unreachable, or slower than the try timeout.
+				br.failure(f.clock.Now())
+				last = append(last, fmt.Sprintf("%s: %s (%s)", ep, st.Message(), st.Code()))
+				continue
+			}
+			br.success()
+			t.code, t.msg = st.Code(), ep+": "+st.Message()
+			if st.Code() == codes.ResourceExhausted || st.Code() == f.unallocated {
+				t.out = outUnallocated
+			} else {
+				t.out = outRefused
+			}
+			return nil, t
+		}
+		t.code, t.msg = codes.Unavailable, strings.Join(last, "; ")
+		t.out = outUnavailable
+		if !reached {
+			t.out = outBreakerOpen
+			return nil, t
+		}
+		if round >= f.retries {
+			return nil, t
+		}
+		wait := f.backoff << round
+		wait += time.Duration(mrand.Int64N(int64(wait)/2 + 1)) // jitter: up to half again
+		if dl, ok := ctx.Deadline(); ok && f.clock.Now().Add(wait).After(dl) {
+			return nil, t // no time left for another round
+		}
+		if err := f.clock.Sleep(ctx, wait); err != nil {
+			t.out, t.code = outDeadline, codes.DeadlineExceeded
+			t.msg += "; the caller's deadline passed while waiting to retry"
+			return nil, t
+		}
+		last = last[:0]
+	}
+}
+
+// summary is the error of a request no cluster served: every cluster
+// tried and why, with the code of the last meaningful failure.
+func (f *Forwarder) summary(ctx context.Context, ns string, tries []try) error {
+	parts := make([]string, len(tries))
+	for i, t := range tries {
+		parts[i] = t.String()
+	}
+	msg := fmt.Sprintf("multi-cluster allocation in namespace %q failed on every cluster: %s", ns, strings.Join(parts, "; "))
+	var code codes.Code
+	switch err := ctx.Err(); {
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case err != nil:
+		code = codes.DeadlineExceeded
+	default:
+		code = f.finalCode(tries)
+	}
+	return status.Error(code, msg)
+}
+
+func (f *Forwarder) finalCode(tries []try) codes.Code {
+	allUnallocated, allUnreachable := true, true
+	for _, t := range tries {
+		if t.out != outUnallocated {
+			allUnallocated = false
+		}
+		if t.out != outUnavailable && t.out != outBreakerOpen {
+			allUnreachable = false
+		}
+	}
+	switch {
+	case allUnallocated:
+		return f.unallocated
+	case allUnreachable:
+		return codes.Unavailable
+	}
+	// The last answer an allocator gave, else the last configuration
+	// error, else the last deadline.
+	for i := len(tries) - 1; i >= 0; i-- {
+		switch tries[i].out {
+		case outUnallocated:
+			return f.unallocated
+		case outRefused:
+			return tries[i].code
+		}
+	}
+	for _, want := range []outcome{outMisconfig, outDeadline} {
+		for i := len(tries) - 1; i >= 0; i-- {
+			if tries[i].out == want {
+				return tries[i].code
+			}
+		}
+	}
+	return codes.Unavailable
+}
+
+// ForwardRequest is the request a forwarder sends to a remote cluster,
+// with the fields Agones' forwarder sets: namespace set to the policy's,
+// multiClusterSetting present with enabled=false and the policySelector
+// kept, the selectors both as gameServerSelectors and in the deprecated
+// required (the last) and preferred (the others) form, and the metadata in
+// both metadata and the deprecated metaPatch, so that an older allocator
+// reads the same request.
+func ForwardRequest(in *allocation.AllocationRequest, namespace string) *allocation.AllocationRequest {
+	out := &allocation.AllocationRequest{
+		Namespace:  namespace,
+		Scheduling: in.GetScheduling(),
+		MultiClusterSetting: &allocation.MultiClusterSetting{
+			Enabled:        false,
+			PolicySelector: &allocation.LabelSelector{MatchLabels: in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()},
+		},
+		Priorities: in.GetPriorities(),
+		Counters:   in.GetCounters(),
+		Lists:      in.GetLists(),
+	}
+	sels := in.GetGameServerSelectors()
+	if len(sels) == 0 {
+		//nolint:staticcheck // SA1019: the deprecated form is what this request used.
+		sels = append(append([]*allocation.GameServerSelector(nil), in.GetPreferredGameServerSelectors()...), in.GetRequiredGameServerSelector())
+		if sels[len(sels)-1] == nil {
+			sels[len(sels)-1] = &allocation.GameServerSelector{}
+		}
+	}
+	out.GameServerSelectors = sels
+	//nolint:staticcheck // SA1019: written for allocators that read only the deprecated fields.
+	out.PreferredGameServerSelectors = sels[:len(sels)-1]
+	//nolint:staticcheck // SA1019: as above.
+	out.RequiredGameServerSelector = sels[len(sels)-1]
+
+	meta := in.GetMetadata()
+	if meta == nil {
+		meta = in.GetMetaPatch() //nolint:staticcheck // SA1019: honoured when metadata is absent.
+	}
+	out.Metadata = &allocation.MetaPatch{Labels: meta.GetLabels(), Annotations: meta.GetAnnotations()}
+	//nolint:staticcheck // SA1019: the double write Agones does.
+	out.MetaPatch = &allocation.MetaPatch{Labels: meta.GetLabels(), Annotations: meta.GetAnnotations()}
+	// The message shares sub-messages with in; clone so a caller's later
+	// change to in cannot reach a call under way.
+	return proto.Clone(out).(*allocation.AllocationRequest)
+}
+
+// metrics of the forwarder, on a registry the caller passes.
+type metrics struct {
+	tries   *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+	breaker *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		tries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qm_forward_tries_total",
+			Help: "Multi-cluster tries by cluster and outcome (allocated, unallocated, refused, unavailable, breaker_open, misconfigured, deadline).",
+		}, []string{"cluster", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "qm_forward_duration_seconds",
+			Help:    "Time spent on one cluster of a multi-cluster allocation, retries included.",
+			Buckets: prometheus.ExponentialBuckets(100e-6, 2.5, 14),
+		}, []string{"cluster"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "qm_forward_breaker_state",
+			Help: "Breaker of a remote allocator endpoint: 0 closed, 1 open, 2 half-open.",
+		}, []string{"endpoint"}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker} {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("forward: registering metrics: %w", err)
+		}
+	}
+	return nil
+}
