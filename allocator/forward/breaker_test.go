@@ -10,9 +10,9 @@ import (
 // fakeClock is a Clock that moves only when told to, or by the waits
 // asked of it (Sleep advances it at once).
 type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	slept  []time.Duration
+	mu    sync.Mutex
+	now   time.Time
+	slept []time.Duration
 }
 
 func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
