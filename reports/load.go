@@ -1,0 +1,87 @@
+package reports
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/quartermaster-dev/quartermaster/loadgen"
+)
+
+// LoadInput is one `qm load` result.
+type LoadInput struct {
+	File   string
+	Name   string
+	Result *loadgen.Result
+	// Histograms are the targets' decoded latency histograms, by target
+	// index.
+	Histograms []*hdrhistogram.Histogram
+}
+
+func isLoadKind(kind string) bool { return kind == loadgen.Kind }
+
+func knownKinds() string {
+	return simReportKind + " from qm sim --out, " + loadgen.Kind + " from qm load --out, or go test -bench output"
+}
+
+// readLoad decodes a load result (strictly, with its histograms checked by
+// loadgen itself) and adds its figures. The run is named after its file
+// ("load.json" gives "load/load"), so a baseline and a run written under the
+// same file name line up.
+func readLoad(set *Set, file string, data []byte) error {
+	res, err := loadgen.ReadResult(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	name := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	in := &LoadInput{File: file, Name: name, Result: res}
+	for _, t := range res.Targets {
+		h, err := loadgen.DecodeHistogram(t.Histogram)
+		if err != nil {
+			return fmt.Errorf("%s: target %s: %w", file, t.Name, err)
+		}
+		in.Histograms = append(in.Histograms, h)
+	}
+	set.Loads = append(set.Loads, in)
+	p := "load/" + name + " "
+	one := func(fig, unit string, v float64) {
+		set.add(p+fig, KindLoad, unit, file, Sample{Value: v, Round: "0"})
+	}
+	for _, t := range res.Targets {
+		one(t.Name+" throughput", "allocations/s", t.Throughput)
+		one(t.Name+" successRate", "fraction", t.SuccessRate)
+		one(t.Name+" latency.p50Ms", "ms", t.Latency.P50Ms)
+		one(t.Name+" latency.p99Ms", "ms", t.Latency.P99Ms)
+		one(t.Name+" sendLateness.p99Ms", "ms", t.SendLateness.P99Ms)
+	}
+	for _, r := range res.Ratios {
+		q := r.Target + "÷" + r.Reference
+		// Each round of turns is one sample of the ratio, measured next to
+		// its reference: what the gate can compare with a test.
+		for i, v := range r.ThroughputRounds {
+			set.add(p+q+" throughput", KindLoad, "x", file, Sample{Value: v, Round: fmt.Sprint(i)})
+		}
+		if len(r.ThroughputRounds) == 0 {
+			one(q+" throughput", "x", r.Throughput)
+		}
+		set.Figure(p + q + " throughput").Better = "higher"
+		one(q+" p50", "x", r.P50)
+		one(q+" p99", "x", r.P99)
+	}
+	return nil
+}
+
+func (in *LoadInput) expectations() []Expectation {
+	var out []Expectation
+	for _, e := range in.Result.Expectations {
+		m := e.Expr
+		if e.Target != "" {
+			m = e.Target + " " + e.Expr
+		}
+		out = append(out, Expectation{Source: "load/" + in.Name, Metric: m, Value: e.Value, Want: e.Expr, Pass: e.Pass})
+	}
+	return out
+}
