@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/quartermaster-dev/quartermaster/reports"
+)
+
+func init() {
+	register(command{
+		name:    "report",
+		summary: "turn sim, load and benchmark results into a page and a summary; gate on a baseline",
+		run:     runReport,
+	})
+}
+
+const reportUsage = `usage: qm report [--baseline DIR] [--out DIR] [--quiet] RESULT...
+
+Reads results (go test -bench output, qm sim --out and qm load --out JSON),
+compares them with the baseline in DIR (its result files and
+thresholds.yaml), and writes OUT/index.html (plots and tables, one
+self-contained file), OUT/summary.md (printed too) and OUT/comparison.json.
+Exits 1 when a gated figure regressed or an expectation failed, naming it.
+
+`
+
+// runReport is `qm report`. Flags may come before or after the files.
+func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm report", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	baseline := fs.String("baseline", "", "baseline directory: result files and thresholds.yaml (none: report only, no gate)")
+	out := fs.String("out", "report", "directory to write index.html, summary.md and comparison.json into")
+	quiet := fs.Bool("quiet", false, "do not print the summary; only regressions and errors")
+	title := fs.String("title", "", "the page's title")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, reportUsage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	// parseFlags refuses positional arguments, and here they are the point:
+	// parse the same way (help on stdout, mistakes and usage on stderr,
+	// status 2) but collect the files between flags.
+	var files []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				usage(stdout)
+				return nil
+			}
+			return usageFail(stderr, "report", usage, "%v", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(files) == 0 {
+		return usageFail(stderr, "report", usage, "no result files given")
+	}
+	r, err := reports.Build(files, *baseline)
+	if err != nil {
+		return err
+	}
+	if *title != "" {
+		r.Title = *title
+	}
+	if err := r.WriteFiles(*out); err != nil {
+		return err
+	}
+	c := r.Comparison
+	if !*quiet {
+		if err := c.WriteMarkdown(stdout); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s, %s and %s\n", filepath.Join(*out, reports.HTMLFile),
+			filepath.Join(*out, reports.MarkdownFile), filepath.Join(*out, reports.JSONFile))
+	}
+	if c.Passed {
+		return nil
+	}
+	var what []string
+	for _, r := range c.Regressions {
+		what = append(what, "regression: "+r)
+	}
+	for _, f := range c.Failures {
+		what = append(what, "expectation failed: "+f)
+	}
+	return errors.New(strings.Join(what, "\n"))
+}
