@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -213,3 +214,104 @@ func BenchmarkAllocatePriorities(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAdversarialStall measures what a costly request does to everyone
+// else: a victim allocates (and gives back) from a 100k-server fleet while
+// another goroutine sends, back to back, requests of 32 selectors that
+// narrow to nothing (a counter no server satisfies: every selector is a
+// full pass, and the request ends at the scan budget). The reference is the
+// same victim beside a goroutine that only burns CPU: on a 2-core machine a
+// busy neighbour alone moves the victim's tail, and what is measured here is
+// what the index's lock adds to that. Rounds alternate alone, beside the
+// spinner and beside the adversary; it reports the medians over rounds of
+// the victim's p99 beside the adversary over its p99 beside the spinner
+// (the target: at most 2) and over its p99 alone.
+//
+//	go test -run '^$' -bench AdversarialStall -benchtime 1x -v ./core/
+func BenchmarkAdversarialStall(b *testing.B) {
+	const rounds, ops = 5, 20_000
+	ix := NewIndex()
+	for _, gs := range benchFleet(100_000) {
+		ix.Upsert(gs)
+	}
+	victim := benchRequest(Packed)
+	adv := &Request{}
+	for range MaxSelectors {
+		adv.Selectors = append(adv.Selectors, Selector{Counters: map[string]CounterSelector{"rooms": {MinCount: 99}}})
+	}
+	adversary, err := Normalize(adv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	warm(b, ix, victim)
+	// The first request in a namespace without labels builds the
+	// namespace's group (one pass, once); make it before timing.
+	if _, err := ix.Allocate(adversary, benchNow, 0); err != ErrScanBudget {
+		b.Fatalf("adversary: %v, want ErrScanBudget", err)
+	}
+	spin := func(n int) {
+		x := uint64(n)
+		for range 5_000_000 {
+			x = x*6364136223846793005 + 1
+		}
+		benchSink = x
+	}
+	attack := func(n int) {
+		if _, err := ix.Allocate(adversary, benchNow, uint64(n)); err != ErrScanBudget {
+			b.Errorf("adversary: %v, want ErrScanBudget", err)
+		}
+	}
+	lat := make([]time.Duration, ops)
+	phase := func(name string, neighbour func(int)) (p99 time.Duration) {
+		stop := make(chan struct{})
+		done := make(chan int)
+		if neighbour != nil {
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-stop:
+						done <- n
+						return
+					default:
+					}
+					neighbour(n)
+					n++
+				}
+			}()
+			time.Sleep(5 * time.Millisecond) // let it get going
+		}
+		for i := range lat {
+			t := time.Now()
+			res, err := ix.AllocateAndCommit(victim, benchNow, uint64(i))
+			lat[i] = time.Since(t)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ix.Upsert(res.Previous)
+		}
+		n := 0
+		if neighbour != nil {
+			close(stop)
+			n = <-done
+		}
+		slices.Sort(lat)
+		b.Logf("%-10s (%3d neighbour runs): victim p50 %v p90 %v p99 %v p99.9 %v max %v", name, n,
+			lat[len(lat)/2], lat[len(lat)*90/100], lat[len(lat)*99/100], lat[len(lat)*999/1000], lat[len(lat)-1])
+		return lat[len(lat)*99/100]
+	}
+	var vsSpin, vsAlone []float64
+	for range rounds {
+		alone := phase("alone", nil)
+		busy := phase("spinner", spin)
+		adv := phase("adversary", attack)
+		vsSpin = append(vsSpin, float64(adv)/float64(busy))
+		vsAlone = append(vsAlone, float64(adv)/float64(alone))
+	}
+	slices.Sort(vsSpin)
+	slices.Sort(vsAlone)
+	b.ReportMetric(vsSpin[len(vsSpin)/2], "p99-vs-spinner")
+	b.ReportMetric(vsAlone[len(vsAlone)/2], "p99-vs-alone")
+}
+
+var benchSink uint64

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"sort"
 	"sync"
@@ -58,11 +59,26 @@ type Index struct {
 	nodes   map[string]*nodeInfo
 	groups  map[groupKey]*group
 	// labelKeys are the label keys that have label groups; a server joining
-	// a state joins the groups of its values for these keys.
+	// a state joins the groups of its values for these keys, so a tracked
+	// key's group that does not exist is one nobody is in. Only keys some
+	// server carries are tracked (keyCount), and at most maxLabelKeys.
 	labelKeys []string
-	nodeSeq   uint64
-	holdSeq   uint64
-	levels    rng // skiplist levels: deterministic, independent of requests
+	// keyGroups is how many groups each tracked key has; unindexed are
+	// keys dropped for having too many values (served by filtering).
+	keyGroups map[string]int
+	unindexed map[string]bool
+	// keyCount, counterCount and listCount are how many servers (in any
+	// state) carry each label key, counter and list; nsCount how many live
+	// in each namespace. Requests naming what no server has are answered
+	// from these without building anything, so invented names cannot grow
+	// the index or use up its bounded structures.
+	keyCount     map[string]int
+	counterCount map[string]int
+	listCount    map[string]int
+	nsCount      map[string]int
+	nodeSeq      uint64
+	holdSeq      uint64
+	levels       rng // skiplist levels: deterministic, independent of requests
 
 	// spread is how many of the first Packed matches a choice is drawn
 	// from (1: the first, exact Packed); shard of shards is this replica's
@@ -74,6 +90,11 @@ type Index struct {
 	counted string
 	owned   map[string]map[*entry]struct{}
 
+	// budget is how many servers one decision may examine (SetScanBudget);
+	// scan is what the current walk under the lock has left.
+	budget int
+	scan   budget
+
 	// scratch space reused across allocations (guarded by mu)
 	heap  []cursor
 	found []*entry
@@ -83,9 +104,10 @@ type Index struct {
 // on further keys are served from the namespace group with a filter.
 const maxLabelKeys = 8
 
-// maxGroups bounds the number of label groups; beyond it, empty ones are
-// dropped so that requests for labels nobody has cannot grow the index.
-const maxGroups = 4096
+// maxGroupsPerKey bounds the groups of one label key (its values times
+// namespaces and states). A key with more values than that (a per-server
+// label, say) stops being tracked and is served by filtering.
+const maxGroupsPerKey = 4096
 
 type groupKey struct {
 	namespace string
@@ -156,12 +178,19 @@ func NewIndex() *Index {
 		entries: map[Key]*entry{},
 		nodes:   map[string]*nodeInfo{},
 		groups:  map[groupKey]*group{},
-		// Fleet is what nearly every request selects on: its Ready groups
-		// are kept from the start (see link) so that no request pays for
+		// Fleet is what nearly every request selects on: its groups are
+		// kept from the start (see link) so that no request pays for
 		// building one.
-		labelKeys: []string{FleetLabel},
-		levels:    newRNG(0x5eed),
-		spread:    1,
+		labelKeys:    []string{FleetLabel},
+		keyGroups:    map[string]int{},
+		unindexed:    map[string]bool{},
+		keyCount:     map[string]int{},
+		counterCount: map[string]int{},
+		listCount:    map[string]int{},
+		nsCount:      map[string]int{},
+		levels:       newRNG(0x5eed),
+		spread:       1,
+		budget:       DefaultScanBudget,
 	}
 }
 
@@ -344,9 +373,20 @@ func (ix *Index) Remove(k Key) bool {
 	ix.unlink(e)
 	ix.count(e.node, e.gs.State, -1)
 	ix.tally(e, e.gs, false)
+	ix.countNames(e.gs, -1)
 	ix.releaseNode(e.node)
 	delete(ix.entries, k)
 	e.removed = true
+	if ix.nsCount[k.Namespace]--; ix.nsCount[k.Namespace] <= 0 {
+		delete(ix.nsCount, k.Namespace)
+		// The namespace is gone: so are its groups (its label groups
+		// emptied and went with their last member).
+		for _, st := range []State{StateReady, StateAllocated} {
+			if g := ix.groups[groupKey{namespace: k.Namespace, state: st}]; g != nil {
+				ix.dropGroup(g)
+			}
+		}
+	}
 	return true
 }
 
@@ -354,24 +394,29 @@ func (ix *Index) Remove(k Key) bool {
 // contract). req must have come from Normalize. now stamps
 // agones.dev/last-allocated; seed drives Distributed's random choice, so the
 // same index, request and seed give the same answer. It returns ErrNoMatch
-// when no selector matches any server that is not held.
+// when no selector matches any server that is not held, and ErrScanBudget
+// when the decision would examine more servers than the scan budget allows
+// (see SetScanBudget).
 func (ix *Index) Allocate(req *Request, now time.Time, seed uint64) (*Result, error) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	return ix.allocate(req, now, seed)
+	return ix.allocate(context.Background(), req, now, seed, false)
+}
+
+// AllocateContext is Allocate that also gives up, with ctx's error, when ctx
+// ends while a long scan is under way.
+func (ix *Index) AllocateContext(ctx context.Context, req *Request, now time.Time, seed uint64) (*Result, error) {
+	return ix.allocate(ctx, req, now, seed, false)
 }
 
 // AllocateAndCommit allocates and commits in one step: the index is the
 // source of truth (the memory backend, the simulator).
 func (ix *Index) AllocateAndCommit(req *Request, now time.Time, seed uint64) (*Result, error) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	res, err := ix.allocate(req, now, seed)
-	if err != nil {
-		return nil, err
-	}
-	ix.commit(res, res.GameServer)
-	return res, nil
+	return ix.allocate(context.Background(), req, now, seed, true)
+}
+
+// AllocateAndCommitContext is AllocateAndCommit that also gives up when ctx
+// ends, as AllocateContext does.
+func (ix *Index) AllocateAndCommitContext(ctx context.Context, req *Request, now time.Time, seed uint64) (*Result, error) {
+	return ix.allocate(ctx, req, now, seed, true)
 }
 
 // Commit ends the hold of res, storing committed as the server's new state
@@ -413,25 +458,44 @@ func (ix *Index) commit(res *Result, committed *GameServer) {
 	ix.update(e, committed)
 }
 
-func (ix *Index) allocate(req *Request, now time.Time, seed uint64) (*Result, error) {
+// allocate tries the selectors in order, each under its own hold of the
+// lock, so a request with many selectors does not keep other callers out
+// for all of them at once.
+func (ix *Index) allocate(ctx context.Context, req *Request, now time.Time, seed uint64, commit bool) (*Result, error) {
 	r := newRNG(seed)
+	spent := 0
 	for i := range req.Selectors {
+		if i > 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
 		sel := &req.Selectors[i]
-		e := ix.pick(req, sel, &r)
-		if e == nil {
+		ix.mu.Lock()
+		e, err := ix.choose(ctx, req, sel, &r, &spent)
+		if err != nil || e == nil {
+			ix.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
 			continue
 		}
 		ix.unlink(e)
 		ix.holdSeq++
 		e.held = true
 		e.holdSeq = ix.holdSeq
-		return &Result{
+		res := &Result{
 			GameServer: Apply(e.gs, req, now),
 			Previous:   e.gs,
 			Selector:   i,
 			hold:       e.holdSeq,
 			entry:      e,
-		}, nil
+		}
+		if commit {
+			ix.commit(res, res.GameServer)
+		}
+		ix.mu.Unlock()
+		return res, nil
 	}
 	return nil, ErrNoMatch
 }
@@ -442,7 +506,8 @@ func (ix *Index) upsert(gs *GameServer) {
 	if e == nil {
 		e = &entry{hash: nameHash(gs.Name)}
 		ix.entries[k] = e
-		ix.place(e, gs)
+		ix.nsCount[k.Namespace]++
+		ix.place(e, gs, true)
 		return
 	}
 	ix.update(e, gs)
@@ -453,24 +518,77 @@ func (ix *Index) update(e *entry, gs *GameServer) {
 	ix.unlink(e)
 	ix.count(e.node, e.gs.State, -1)
 	ix.tally(e, e.gs, false)
+	// Most updates (an allocation, a counter moving) keep the same label,
+	// counter and list names: counting them again would be wasted work on
+	// the hot path.
+	renamed := !sameKeys(e.gs.Labels, gs.Labels) || !sameKeys(e.gs.Counters, gs.Counters) || !sameKeys(e.gs.Lists, gs.Lists)
+	if renamed {
+		ix.countNames(e.gs, -1)
+	}
 	if e.node.name != gs.NodeName {
 		ix.releaseNode(e.node)
 		e.node = nil
 	}
-	ix.place(e, gs)
+	ix.place(e, gs, renamed)
 }
 
-// place stores gs in e and files it by node, state and groups.
-func (ix *Index) place(e *entry, gs *GameServer) {
+// place stores gs in e and files it by node, state and groups; countNames
+// says whether its label, counter and list names are new to the counts.
+func (ix *Index) place(e *entry, gs *GameServer, countNames bool) {
 	e.gs = gs
 	if e.node == nil {
 		e.node = ix.nodeFor(gs.NodeName)
 	}
 	ix.count(e.node, gs.State, +1)
 	ix.tally(e, gs, true)
+	if countNames {
+		ix.countNames(gs, +1)
+	}
 	if !e.held {
 		ix.link(e)
 	}
+}
+
+// countNames moves the per-name server counts by delta for gs's label keys,
+// counters and lists. A label key nobody carries any more stops being
+// tracked (its groups are empty and gone already), freeing its slot.
+func (ix *Index) countNames(gs *GameServer, delta int) {
+	for k := range gs.Labels {
+		if n := ix.keyCount[k] + delta; n > 0 {
+			ix.keyCount[k] = n
+		} else {
+			delete(ix.keyCount, k)
+			delete(ix.unindexed, k)
+			if k != FleetLabel {
+				ix.untrack(k)
+			}
+		}
+	}
+	moveCount(ix.counterCount, gs.Counters, delta)
+	moveCount(ix.listCount, gs.Lists, delta)
+}
+
+func moveCount[V any](counts map[string]int, names map[string]V, delta int) {
+	for k := range names {
+		if n := counts[k] + delta; n > 0 {
+			counts[k] = n
+		} else {
+			delete(counts, k)
+		}
+	}
+}
+
+// sameKeys reports whether a and b have the same keys.
+func sameKeys[V any](a, b map[string]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (ix *Index) nodeFor(name string) *nodeInfo {
@@ -537,7 +655,8 @@ func (gn *groupNode) find(e *entry) int {
 func allocatable(st State) bool { return st == StateReady || st == StateAllocated }
 
 // link puts an unheld entry into the groups its namespace, state and labels
-// call for.
+// call for. Groups of tracked label keys are created here, as their first
+// member arrives, so they always hold every candidate.
 func (ix *Index) link(e *entry) {
 	gs := e.gs
 	if !allocatable(gs.State) {
@@ -546,6 +665,7 @@ func (ix *Index) link(e *entry) {
 	if g := ix.groups[groupKey{namespace: gs.Namespace, state: gs.State}]; g != nil {
 		ix.join(e, g)
 	}
+	overflow := ""
 	for _, k := range ix.labelKeys {
 		v, ok := gs.Labels[k]
 		if !ok {
@@ -553,15 +673,100 @@ func (ix *Index) link(e *entry) {
 		}
 		key := groupKey{gs.Namespace, gs.State, k, v}
 		g := ix.groups[key]
-		if g == nil && k == FleetLabel && gs.State == StateReady {
-			// Every Ready server of this fleet passes through here, so
-			// a group created now (empty) is complete.
+		if g == nil {
+			if ix.keyGroups[k] >= maxGroupsPerKey {
+				overflow = k
+				continue
+			}
 			g = ix.group(key)
 		}
-		if g != nil {
-			ix.join(e, g)
+		ix.join(e, g)
+	}
+	if overflow != "" {
+		ix.unindexed[overflow] = true
+		ix.untrack(overflow)
+	}
+}
+
+// trackKey starts keeping groups for label key k, building them with one
+// pass over the index. It reports false when k cannot be tracked: all
+// slots are taken, or k has too many values.
+func (ix *Index) trackKey(k string) bool {
+	if len(ix.labelKeys) >= maxLabelKeys || ix.unindexed[k] {
+		return false
+	}
+	var found []*entry
+	for _, e := range ix.entries {
+		if _, ok := e.gs.Labels[k]; ok && !e.held && allocatable(e.gs.State) {
+			found = append(found, e)
 		}
 	}
+	// Map order is random; join in name order so that the groups, and with
+	// them every seeded random pick, are the same for the same history.
+	sortEntries(found)
+	ix.labelKeys = append(ix.labelKeys, k)
+	for _, e := range found {
+		key := groupKey{e.gs.Namespace, e.gs.State, k, e.gs.Labels[k]}
+		g := ix.groups[key]
+		if g == nil {
+			if ix.keyGroups[k] >= maxGroupsPerKey {
+				ix.unindexed[k] = true
+				ix.untrack(k)
+				return false
+			}
+			g = ix.group(key)
+		}
+		ix.join(e, g)
+	}
+	return true
+}
+
+// untrack stops keeping groups for label key k and drops the ones it has.
+func (ix *Index) untrack(k string) {
+	i := 0
+	for i < len(ix.labelKeys) && ix.labelKeys[i] != k {
+		i++
+	}
+	if i == len(ix.labelKeys) {
+		return
+	}
+	ix.labelKeys = append(ix.labelKeys[:i], ix.labelKeys[i+1:]...)
+	if ix.keyGroups[k] == 0 {
+		return
+	}
+	for key, g := range ix.groups {
+		if key.label != k {
+			continue
+		}
+		for _, e := range g.all {
+			for j := range e.in {
+				if e.in[j].g == g {
+					e.in = append(e.in[:j], e.in[j+1:]...)
+					break
+				}
+			}
+		}
+		g.all = nil
+		ix.dropGroup(g)
+	}
+}
+
+func (ix *Index) tracked(k string) bool {
+	for _, x := range ix.labelKeys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+func sortEntries(es []*entry) {
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].gs.Name != es[j].gs.Name {
+			return es[i].gs.Name < es[j].gs.Name
+		}
+		return es[i].gs.Namespace < es[j].gs.Namespace
+	})
 }
 
 func (ix *Index) unlink(e *entry) {
@@ -577,8 +782,33 @@ func (ix *Index) group(k groupKey) *group {
 		g = &group{key: k, nodes: map[*nodeInfo]*groupNode{}}
 		g.order.rnd = &ix.levels
 		ix.groups[k] = g
+		if k.label != "" {
+			ix.keyGroups[k.label]++
+		}
 	}
 	return g
+}
+
+// dropGroup forgets an empty group: its nodes stop pointing at it, and a
+// scan that still holds it (see scanPick) finds nothing in it.
+func (ix *Index) dropGroup(g *group) {
+	if ix.groups[g.key] != g {
+		return
+	}
+	delete(ix.groups, g.key)
+	if g.key.label != "" {
+		if ix.keyGroups[g.key.label]--; ix.keyGroups[g.key.label] <= 0 {
+			delete(ix.keyGroups, g.key.label)
+		}
+	}
+	if g.ordered {
+		for _, gn := range g.nodes {
+			g.dropNode(gn)
+		}
+	}
+	clear(g.nodes)
+	clear(g.dirty)
+	g.dirty, g.prios = nil, nil
 }
 
 func (ix *Index) join(e *entry, g *group) {
@@ -634,16 +864,25 @@ func (ix *Index) leave(e *entry, m membership) {
 			}
 		}
 	}
+	if last == 0 && g.key.label != "" {
+		// A label group exists only while someone is in it: link makes
+		// it again for the next member.
+		ix.dropGroup(g)
+	}
 }
 
-// refresh re-sorts the group's dirty nodes and drops nodes left empty; the
-// first call builds the order.
-func (g *group) refresh() {
+// refresh re-sorts up to n of the group's dirty nodes (all of them when
+// n < 0), dropping nodes left empty, and reports whether none are left. The
+// first call starts the order: every node is dirty then.
+func (g *group) refresh(n int) bool {
 	if !g.ordered {
-		g.buildOrder()
-		return
+		g.startOrder()
 	}
-	for _, gn := range g.dirty {
+	for ; n != 0 && len(g.dirty) > 0; n-- {
+		last := len(g.dirty) - 1
+		gn := g.dirty[last]
+		g.dirty[last] = nil
+		g.dirty = g.dirty[:last]
 		gn.dirty = false
 		if len(gn.members) == 0 {
 			if gn.inOrder {
@@ -654,24 +893,24 @@ func (g *group) refresh() {
 			continue
 		}
 		head := gn.members[0].name
-		n := gn.node
+		nd := gn.node
 		if gn.inOrder {
-			if gn.allocated == n.allocated && gn.ready == n.ready && gn.head == head {
+			if gn.allocated == nd.allocated && gn.ready == nd.ready && gn.head == head {
 				continue
 			}
 			g.order.delete(gn)
 		}
-		gn.allocated, gn.ready, gn.head = n.allocated, n.ready, head
+		gn.allocated, gn.ready, gn.head = nd.allocated, nd.ready, head
 		g.order.insert(gn)
 		gn.inOrder = true
 	}
-	clear(g.dirty)
-	g.dirty = g.dirty[:0]
+	return len(g.dirty) == 0
 }
 
-// buildOrder puts every node of the group into Packed order and starts
-// tracking their count changes.
-func (g *group) buildOrder() {
+// startOrder makes the group keep its nodes in Packed order from now on:
+// it starts tracking their count changes and marks them all dirty, so that
+// refresh builds the order (in chunks, if the caller wants).
+func (g *group) startOrder() {
 	g.ordered = true
 	for n, gn := range g.nodes {
 		if len(gn.members) == 0 {
@@ -680,11 +919,8 @@ func (g *group) buildOrder() {
 		}
 		gn.nodePos = len(n.gns)
 		n.gns = append(n.gns, gn)
-		gn.allocated, gn.ready, gn.head = n.allocated, n.ready, gn.members[0].name
-		g.order.insert(gn)
-		gn.inOrder = true
+		gn.markDirty()
 	}
-	g.dirty = g.dirty[:0]
 }
 
 func (g *group) dropNode(gn *groupNode) {
@@ -698,21 +934,31 @@ func (g *group) dropNode(gn *groupNode) {
 }
 
 // driverGroup returns the smallest group that holds every candidate for sel,
-// creating label groups on first use.
+// or nil when it can tell that nothing can match: the namespace holds no
+// server, or a matchLabels key or value is one no server in it has.
 func (ix *Index) driverGroup(ns string, sel *Selector) *group {
+	if ix.nsCount[ns] == 0 {
+		return nil
+	}
 	st := sel.State
 	if st == "" {
 		st = StateReady
 	}
-	base := groupKey{namespace: ns, state: st}
 	var best *group
 	for _, p := range sel.labelPairs() {
 		k, v := p.key, p.value
+		if !ix.tracked(k) {
+			if ix.keyCount[k] == 0 {
+				return nil
+			}
+			if !ix.trackKey(k) {
+				continue // filtered instead
+			}
+		}
+		// A tracked key's groups hold all of its servers: none, none here.
 		g := ix.groups[groupKey{ns, st, k, v}]
 		if g == nil {
-			if g = ix.newLabelGroup(base, k, v); g == nil {
-				continue
-			}
+			return nil
 		}
 		// Smallest group first; ties by label key so that the choice (and
 		// with it a seeded random pick) does not depend on map order.
@@ -722,128 +968,126 @@ func (ix *Index) driverGroup(ns string, sel *Selector) *group {
 		}
 	}
 	if best == nil {
-		best = ix.groups[base]
-		if best == nil {
-			best = ix.newGroup(base, func(*GameServer) bool { return true })
+		base := groupKey{namespace: ns, state: st}
+		if best = ix.groups[base]; best == nil {
+			best = ix.newBaseGroup(base)
 		}
 	}
 	return best
 }
 
-// newLabelGroup builds the group for label k=v within base (a namespace
-// group) by scanning base once. It returns nil when k cannot have a group of
-// its own.
-func (ix *Index) newLabelGroup(base groupKey, k, v string) *group {
-	known := false
-	for _, x := range ix.labelKeys {
-		if x == k {
-			known = true
-			break
-		}
-	}
-	if !known {
-		if len(ix.labelKeys) >= maxLabelKeys {
-			return nil
-		}
-		ix.labelKeys = append(ix.labelKeys, k)
-	}
-	if len(ix.groups) >= maxGroups {
-		ix.dropEmptyLabelGroups()
-		if len(ix.groups) >= maxGroups {
-			return nil
-		}
-	}
-	return ix.newGroup(groupKey{base.namespace, base.state, k, v}, func(gs *GameServer) bool {
-		got, ok := gs.Labels[k]
-		return ok && got == v
-	})
-}
-
-// newGroup creates the group for key and fills it with one scan: of the
-// namespace group when it exists, else of every server.
-func (ix *Index) newGroup(key groupKey, in func(*GameServer) bool) *group {
+// newBaseGroup creates the group of every server in (namespace, state) with
+// one pass over the index. It is kept while the namespace has servers.
+func (ix *Index) newBaseGroup(key groupKey) *group {
 	g := ix.group(key)
-	if src := ix.groups[groupKey{namespace: key.namespace, state: key.state}]; src != nil && src != g {
-		for _, e := range src.all {
-			if in(e.gs) {
-				ix.join(e, g)
-			}
-		}
-		return g
-	}
 	var found []*entry
 	for _, e := range ix.entries {
-		if !e.held && e.gs.Namespace == key.namespace && e.gs.State == key.state && in(e.gs) {
+		if !e.held && e.gs.Namespace == key.namespace && e.gs.State == key.state {
 			found = append(found, e)
 		}
 	}
-	// Map order is random; join in name order so that the group, and with
-	// it every seeded random pick, is the same for the same history.
-	sort.Slice(found, func(i, j int) bool { return found[i].gs.Name < found[j].gs.Name })
+	sortEntries(found)
 	for _, e := range found {
 		ix.join(e, g)
 	}
 	return g
 }
 
-func (ix *Index) dropEmptyLabelGroups() {
-	for k, g := range ix.groups {
-		if k.label != "" && len(g.all) == 0 {
-			g.refresh() // unhooks its empty nodes from node.gns
-			delete(ix.groups, k)
+// choose returns sel's choice, or nil when nothing matches. It is called
+// with ix.mu held and returns with it held, but may release it meanwhile
+// (see scanPick). spent counts the servers examined for this request so far.
+func (ix *Index) choose(ctx context.Context, req *Request, sel *Selector, r *rng, spent *int) (*entry, error) {
+	g := ix.driverGroup(req.Namespace, sel)
+	if g == nil || len(g.all) == 0 {
+		return nil, nil
+	}
+	if req.Scheduling == Packed {
+		// The walk needs the group's order, which may be far behind (a
+		// group first used now, or whose nodes others have kept busy):
+		// bring it up to date in chunks, letting others in between.
+		for rounds := 0; !g.refresh(scanChunk); rounds++ {
+			if rounds > len(g.nodes)/scanChunk+16 {
+				// Others dirty it as fast as it is sorted: scan instead.
+				return ix.scanPick(ctx, req, sel, g, r, spent)
+			}
+			if err := ix.yield(ctx); err != nil {
+				return nil, err
+			}
+			if ix.groups[g.key] != g {
+				return ix.choose(ctx, req, sel, r, spent) // dropped meanwhile
+			}
 		}
+	}
+	fast := min(fastScanTests, ix.budget-*spent)
+	ix.scan = budget{left: fast}
+	e := ix.pick(req, sel, g, r)
+	if ix.scan.left >= 0 {
+		*spent += fast - ix.scan.left
+		return e, nil
+	}
+	// The walk in order did not settle it within a small bound: the
+	// matches are rare or absent. Scan instead, letting others in between.
+	*spent += fast
+	return ix.scanPick(ctx, req, sel, g, r, spent)
+}
+
+// pick is the walk in the request's order, under the lock, bounded by
+// ix.scan: it returns nil with ix.scan.left < 0 when the bound ran out.
+func (ix *Index) pick(req *Request, sel *Selector, g *group, r *rng) *entry {
+	b := &ix.scan
+	switch {
+	case req.Scheduling == Distributed && len(req.Priorities) == 0:
+		return pickRandom(g, sel, r, b)
+	case req.Scheduling == Distributed:
+		if e, ok := firstInPriorityOrder(ix, g, sel, req.Priorities, nil); ok {
+			return e
+		}
+		return pickBest(g.all, sel, g.key.label, req.Priorities, nil, b)
+	case len(req.Priorities) == 0 && ix.spread > 1:
+		g.refresh(-1)
+		return ix.spreadChoice(func(n int) []*entry { return ix.collectPacked(g, sel, n) }, r)
+	case len(req.Priorities) == 0:
+		g.refresh(-1)
+		return ix.pickPacked(g, sel)
+	default:
+		g.refresh(-1)
+		return ix.pickPackedPriorities(g, sel, req.Priorities)
 	}
 }
 
-func (ix *Index) pick(req *Request, sel *Selector, r *rng) *entry {
-	g := ix.driverGroup(req.Namespace, sel)
-	if g == nil || len(g.all) == 0 {
+// spreadChoice picks among the first matches in Packed order (SetPackedSpread,
+// SetReplicaShard); firstN(n) returns up to n of them, in order.
+func (ix *Index) spreadChoice(firstN func(n int) []*entry, r *rng) *entry {
+	found := firstN(ix.spread)
+	if len(found) == 0 || ix.scan.left < 0 {
 		return nil
 	}
-	switch {
-	case req.Scheduling == Distributed && len(req.Priorities) == 0:
-		return pickRandom(g, sel, r)
-	case req.Scheduling == Distributed:
-		if e, ok := firstInPriorityOrder(g, sel, req.Priorities, nil, &ix.levels); ok {
+	if ix.shards > 1 {
+		if e := ix.firstOfShard(found); e != nil {
 			return e
 		}
-		return pickBest(g.all, sel, g.key.label, req.Priorities, nil)
-	case len(req.Priorities) == 0 && ix.spread > 1:
-		g.refresh()
-		found := ix.collectPacked(g, sel, ix.spread)
-		if len(found) == 0 {
-			return nil
-		}
-		if ix.shards > 1 {
+		if len(found) == ix.spread {
+			// None of this replica's share among the best: the other
+			// replicas are taking those right now, and its cache is
+			// behind on them. One of its own a little further down
+			// costs some packing; racing them costs a failed write
+			// and a re-read on the API server, several times the
+			// write itself.
+			found = firstN(ix.spread * shardReach)
+			if ix.scan.left < 0 {
+				return nil
+			}
 			if e := ix.firstOfShard(found); e != nil {
 				return e
 			}
-			if len(found) == ix.spread {
-				// None of this replica's share among the best: the other
-				// replicas are taking those right now, and its cache is
-				// behind on them. One of its own a little further down
-				// costs some packing; racing them costs a failed write
-				// and a re-read on the API server, several times the
-				// write itself.
-				found = ix.collectPacked(g, sel, ix.spread*shardReach)
-				if e := ix.firstOfShard(found); e != nil {
-					return e
-				}
-			}
-			// Its share is used up within reach (a fleet running dry):
-			// take one of the others' from the far end of what it
-			// collected, which their owners, taking from the front,
-			// reach last.
-			found = found[max(0, len(found)-ix.spread):]
 		}
-		return found[r.intN(uint64(len(found)))]
-	case len(req.Priorities) == 0:
-		g.refresh()
-		return ix.pickPacked(g, sel)
-	default:
-		g.refresh()
-		return ix.pickPackedPriorities(g, sel, req.Priorities)
+		// Its share is used up within reach (a fleet running dry):
+		// take one of the others' from the far end of what it
+		// collected, which their owners, taking from the front,
+		// reach last.
+		found = found[max(0, len(found)-ix.spread):]
 	}
+	return found[r.intN(uint64(len(found)))]
 }
 
 // cursor walks one node's member list during the k-way merge.
@@ -865,25 +1109,29 @@ func (c cursor) name() string { return c.gn.members[c.pos].name }
 // priorities: tier by tier, and within a tier by name across its nodes.
 func (ix *Index) pickPacked(g *group, sel *Selector) *entry {
 	known := g.key.label
+	b := &ix.scan
 	h := ix.heap[:0]
 	defer func() { ix.heap = h[:0] }()
 	var found *entry
 	var tierA, tierR int
 	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
+		if !b.take(1) {
+			return nil
+		}
 		if gn != g.order.first() && (gn.allocated != tierA || gn.ready != tierR) {
-			if found, h = drain(h, sel, known, false, ""); found != nil {
+			if found, h = drain(h, sel, known, false, "", b); found != nil {
 				return found
 			}
 		}
 		tierA, tierR = gn.allocated, gn.ready
 		// Every member below this node's first member is in the heap
 		// already; test those before the new node can compete.
-		if found, h = drain(h, sel, known, true, gn.head); found != nil {
+		if found, h = drain(h, sel, known, true, gn.head, b); found != nil {
 			return found
 		}
 		h = heapPush(h, cursor{gn: gn})
 	}
-	found, h = drain(h, sel, known, false, "")
+	found, h = drain(h, sel, known, false, "", b)
 	return found
 }
 
@@ -894,24 +1142,31 @@ func (ix *Index) collectPacked(g *group, sel *Selector, n int) []*entry {
 	found := ix.found[:0]
 	h := ix.heap[:0]
 	defer func() { ix.heap = h[:0]; ix.found = found[:0] }()
+	b := &ix.scan
 	var tierA, tierR int
 	for gn := g.order.first(); gn != nil && len(found) < n; gn = gn.next[0] {
+		if !b.take(1) {
+			return found
+		}
 		if gn != g.order.first() && (gn.allocated != tierA || gn.ready != tierR) {
-			found, h = collect(h, sel, known, false, "", found, n)
+			found, h = collect(h, sel, known, false, "", found, n, b)
 		}
 		tierA, tierR = gn.allocated, gn.ready
-		found, h = collect(h, sel, known, true, gn.head, found, n)
+		found, h = collect(h, sel, known, true, gn.head, found, n, b)
 		h = heapPush(h, cursor{gn: gn})
 	}
-	found, h = collect(h, sel, known, false, "", found, n)
+	found, h = collect(h, sel, known, false, "", found, n, b)
 	return found
 }
 
 // collect is drain that keeps going until it has n matches.
-func collect(h []cursor, sel *Selector, known string, bounded bool, bound string, found []*entry, n int) ([]*entry, []cursor) {
+func collect(h []cursor, sel *Selector, known string, bounded bool, bound string, found []*entry, n int, b *budget) ([]*entry, []cursor) {
 	for len(h) > 0 && len(found) < n {
 		top := &h[0]
 		if bounded && top.name() >= bound {
+			break
+		}
+		if !b.take(1) {
 			break
 		}
 		if e := top.gn.members[top.pos].e; sel.matchesWithin(e.gs, known) {
@@ -929,10 +1184,13 @@ func collect(h []cursor, sel *Selector, known string, bounded bool, bound string
 
 // drain tests heap members in name order, stopping at the first match or,
 // when bounded, at the first name not below bound.
-func drain(h []cursor, sel *Selector, known string, bounded bool, bound string) (*entry, []cursor) {
+func drain(h []cursor, sel *Selector, known string, bounded bool, bound string, b *budget) (*entry, []cursor) {
 	for len(h) > 0 {
 		top := &h[0]
 		if bounded && top.name() >= bound {
+			return nil, h
+		}
+		if !b.take(1) {
 			return nil, h
 		}
 		e := top.gn.members[top.pos].e
@@ -1004,9 +1262,13 @@ func (ix *Index) pickPackedPriorities(g *group, sel *Selector, ps []Priority) *e
 	}
 	tierA, tierR := first.node.allocated, first.node.ready
 	known := g.key.label
+	b := &ix.scan
 	size := 0
 	var best *entry
 	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
+		if !b.take(1) {
+			return nil
+		}
 		if gn.allocated != tierA || gn.ready != tierR {
 			if size > 0 {
 				break
@@ -1019,7 +1281,7 @@ func (ix *Index) pickPackedPriorities(g *group, sel *Selector, ps []Priority) *e
 	// group (so walking it in priority order skips few non-tier members).
 	if size > prioIndexMinTier && size*8 >= len(g.all) {
 		inTier := func(e *entry) bool { return e.node.allocated == tierA && e.node.ready == tierR }
-		if e, ok := firstInPriorityOrder(g, sel, ps, inTier, &ix.levels); ok {
+		if e, ok := firstInPriorityOrder(ix, g, sel, ps, inTier); ok {
 			return e
 		}
 	}
@@ -1029,6 +1291,9 @@ func (ix *Index) pickPackedPriorities(g *group, sel *Selector, ps []Priority) *e
 				break
 			}
 			continue
+		}
+		if !b.take(len(gn.members)) {
+			return nil
 		}
 		for _, m := range gn.members {
 			best = better(m.e, sel, known, ps, best)
@@ -1044,7 +1309,10 @@ var prioIndexMinTier = 64
 
 // pickBest returns the match among es that the priorities, then the name,
 // put first, starting from best (which may be nil).
-func pickBest(es []*entry, sel *Selector, known string, ps []Priority, best *entry) *entry {
+func pickBest(es []*entry, sel *Selector, known string, ps []Priority, best *entry, b *budget) *entry {
+	if !b.take(len(es)) {
+		return nil
+	}
 	for _, e := range es {
 		best = better(e, sel, known, ps, best)
 	}
@@ -1073,13 +1341,20 @@ const randomProbes = 16
 // pickRandom returns a uniformly random match in g. Draws from the whole
 // group that are accepted are uniform over the matches; when matches are too
 // rare for that to succeed quickly, it counts them and draws directly.
-func pickRandom(g *group, sel *Selector, r *rng) *entry {
+func pickRandom(g *group, sel *Selector, r *rng, b *budget) *entry {
 	known := g.key.label
 	n := uint64(len(g.all))
+	if !b.take(randomProbes) {
+		return nil
+	}
 	for range randomProbes {
 		if e := g.all[r.intN(n)]; sel.matchesWithin(e.gs, known) {
 			return e
 		}
+	}
+	// Counting takes two passes in the worst case.
+	if !b.take(2 * len(g.all)) {
+		return nil
 	}
 	matches := 0
 	for _, e := range g.all {

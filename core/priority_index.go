@@ -87,6 +87,14 @@ func (p *prioIndex) walk(order Order, visit func(*nameSet) *entry) *entry {
 	return visit(&p.missing)
 }
 
+// hasPriorityKey reports whether some server has p's counter or list.
+func (ix *Index) hasPriorityKey(p *Priority) bool {
+	if p.Type == PriorityList {
+		return ix.listCount[p.Key] > 0
+	}
+	return ix.counterCount[p.Key] > 0
+}
+
 // prioIndexFor returns the group's index for priority p, building it with one
 // pass over the group on first use; nil when the group has too many.
 func (g *group) prioIndexFor(p *Priority, rnd *rng) *prioIndex {
@@ -109,16 +117,25 @@ func (g *group) prioIndexFor(p *Priority, rnd *rng) *prioIndex {
 // firstInPriorityOrder returns the first member of g in (priorities, name)
 // order that sel accepts and keep (if not nil) approves, using the index of
 // the first priority. ok is false when the group cannot index that priority.
-func firstInPriorityOrder(g *group, sel *Selector, ps []Priority, keep func(*entry) bool, rnd *rng) (found *entry, ok bool) {
-	p := g.prioIndexFor(&ps[0], rnd)
+func firstInPriorityOrder(ix *Index, g *group, sel *Selector, ps []Priority, keep func(*entry) bool) (found *entry, ok bool) {
+	// An index for a name no server has would order nothing, yet take one
+	// of the group's few slots for good.
+	if !ix.hasPriorityKey(&ps[0]) {
+		return nil, false
+	}
+	p := g.prioIndexFor(&ps[0], &ix.levels)
 	if p == nil {
 		return nil, false
 	}
+	bud := &ix.scan
 	known := g.key.label
 	rest := ps[1:]
 	return p.walk(ps[0].Order, func(b *nameSet) *entry {
 		var best *entry
 		for n := b.first(); n != nil; n = n.next[0] {
+			if !bud.take(1) {
+				return nil
+			}
 			if keep != nil && !keep(n.e) {
 				continue
 			}

@@ -143,6 +143,20 @@ func TestIndexMatchesReference(t *testing.T) {
 		prioIndexMinTier = 0
 		checkAgainstReference(t, 1500)
 	})
+	// Every selector through the chunked scan (scanPick), with chunks
+	// small enough that these fleets span several.
+	t.Run("scan", func(t *testing.T) {
+		forceScan(t)
+		checkAgainstReference(t, 1500)
+	})
+}
+
+// forceScan makes every decision leave the walk under the lock at once and
+// scan in chunks of 3 servers, until the test ends.
+func forceScan(t *testing.T) {
+	fast, chunk := fastScanTests, scanChunk
+	t.Cleanup(func() { fastScanTests, scanChunk = fast, chunk })
+	fastScanTests, scanChunk = 0, 3
 }
 
 func checkAgainstReference(t *testing.T, fleets int) {
@@ -208,6 +222,14 @@ func checkAgainstReference(t *testing.T, fleets int) {
 // reference's candidate set: the same selector wins and the pick is among its
 // matches.
 func TestDistributedPicksAValidMatch(t *testing.T) {
+	t.Run("walk", checkDistributedPicks)
+	t.Run("scan", func(t *testing.T) {
+		forceScan(t)
+		checkDistributedPicks(t)
+	})
+}
+
+func checkDistributedPicks(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	for f := range 500 {
 		g := fleetGen{r: rand.New(rand.NewPCG(uint64(f), 11))}

@@ -79,6 +79,38 @@ func Normalize(r *Request) (*Request, error) {
 		v.add("namespace", reason)
 	}
 
+	// Bounds first: a request far over them is refused before any of its
+	// parts costs anything to check.
+	if len(r.Selectors) > MaxSelectors {
+		v.add("gameServerSelectors", tooMany("selectors", MaxSelectors, len(r.Selectors)))
+		return nil, v.err()
+	}
+	if len(r.Selectors) == 0 && len(r.Preferred)+1 > MaxSelectors {
+		v.add("preferredGameServerSelectors", tooMany("selectors with the required one", MaxSelectors, len(r.Preferred)+1))
+		return nil, v.err()
+	}
+	if len(r.Priorities) > MaxPriorities {
+		v.add("priorities", tooMany("priorities", MaxPriorities, len(r.Priorities)))
+	}
+	if len(r.Counters) > MaxActions {
+		v.add("counters", tooMany("counter actions", MaxActions, len(r.Counters)))
+	}
+	if len(r.Lists) > MaxActions {
+		v.add("lists", tooMany("list actions", MaxActions, len(r.Lists)))
+	}
+	if len(r.Metadata.Labels) > MaxMetadataEntries {
+		v.add("metadata.labels", tooMany("labels", MaxMetadataEntries, len(r.Metadata.Labels)))
+	}
+	if len(r.Metadata.Annotations) > MaxMetadataEntries {
+		v.add("metadata.annotations", tooMany("annotations", MaxMetadataEntries, len(r.Metadata.Annotations)))
+	}
+	if len(r.MultiCluster.PolicySelector) > MaxSelectorTerms {
+		v.add("multiClusterSetting.policySelector.matchLabels", tooMany("labels", MaxSelectorTerms, len(r.MultiCluster.PolicySelector)))
+	}
+	if len(v.errs) > 0 {
+		return nil, v.err()
+	}
+
 	if len(r.Selectors) > 0 {
 		n.Selectors = make([]Selector, len(r.Selectors))
 		for i, s := range r.Selectors {
@@ -172,6 +204,32 @@ func Normalize(r *Request) (*Request, error) {
 }
 
 func validateSelector(v *validator, f string, s Selector) Selector {
+	terms := []struct {
+		field string
+		n     int
+	}{
+		{".matchLabels", len(s.MatchLabels)},
+		{".matchAnnotations", len(s.MatchAnnotations)},
+		{".matchExpressions", len(s.MatchExpressions)},
+		{".counters", len(s.Counters)},
+		{".lists", len(s.Lists)},
+	}
+	over := false
+	for _, t := range terms {
+		if t.n > MaxSelectorTerms {
+			v.add(f+t.field, tooMany("entries", MaxSelectorTerms, t.n))
+			over = true
+		}
+	}
+	for i, e := range s.MatchExpressions {
+		if len(e.Values) > MaxExpressionValues {
+			v.add(f+".matchExpressions["+strconv.Itoa(i)+"].values", tooMany("values", MaxExpressionValues, len(e.Values)))
+			over = true
+		}
+	}
+	if over {
+		return s
+	}
 	validateLabels(v, f+".matchLabels", s.MatchLabels)
 	for k := range s.MatchAnnotations {
 		if reason := checkQualifiedName(k); reason != "" {
