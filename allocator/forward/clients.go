@@ -91,8 +91,9 @@ func newClients(connectTimeout time.Duration, opts []grpc.DialOption) *clients {
 
 // get returns the client for endpoint with sec's credentials, dialling
 // (lazily: grpc connects on the first call) when there is none for this
-// version. The caller must put it back with put.
-func (cs *clients) get(endpoint string, sec Secret, serverCA []byte) (*client, error) {
+// version, or when fresh is set (the one cached is then retired). The
+// caller must put it back with put.
+func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool) (*client, error) {
 	sum := sha256.Sum256(serverCA)
 	ref := clientRef{endpoint: endpoint, secret: sec.Namespace + "/" + sec.Name, serverCA: hex.EncodeToString(sum[:8])}
 	cs.mu.Lock()
@@ -100,7 +101,7 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte) (*client, e
 		cs.mu.Unlock()
 		return nil, fmt.Errorf("the forwarder is shut down")
 	}
-	if c := cs.byRef[ref]; c != nil && c.version == sec.Version {
+	if c := cs.byRef[ref]; c != nil && c.version == sec.Version && !fresh {
 		c.inflight++
 		cs.mu.Unlock()
 		return c, nil
@@ -135,7 +136,7 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte) (*client, e
 		return nil, fmt.Errorf("the forwarder is shut down")
 	}
 	if c := cs.byRef[ref]; c != nil {
-		if c.version == sec.Version {
+		if c.version == sec.Version && !fresh {
 			// Another request built the same client meanwhile.
 			_ = cc.Close()
 			c.inflight++

@@ -394,15 +394,13 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				continue
 			}
 			reached = true
-			c, err := f.clients.get(ep, sec, p.Connection.ServerCA)
+			// A probe gets a fresh connection: the cached one may sit in
+			// grpc's reconnect backoff after the failures that opened the
+			// breaker, where a call fails at once without trying.
+			c, err := f.clients.get(ep, sec, p.Connection.ServerCA, probe)
 			if err != nil {
 				br.abandon(probe)
 				return misconfig("%v", err)
-			}
-			if probe {
-				// The connection may sit in grpc's reconnect backoff from
-				// the failures that opened the breaker.
-				c.cc.ResetConnectBackoff()
 			}
 			tctx, cancel := context.WithTimeout(octx, f.tryTimeout)
 			resp, err := c.api.Allocate(tctx, req)
@@ -449,7 +447,8 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		}
 		wait := f.backoff << round
 		wait += time.Duration(mrand.Int64N(int64(wait)/2 + 1)) // jitter: up to half again
-		if dl, ok := ctx.Deadline(); ok && f.clock.Now().Add(wait).After(dl) {
+		// The caller's deadline is wall-clock time whatever the Clock.
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return nil, t // no time left for another round
 		}
 		if err := f.clock.Sleep(ctx, wait); err != nil {
