@@ -104,7 +104,7 @@ func CommitLoop(ctx context.Context, ix *core.Index, c Committer, req *core.Requ
 		}
 		// A different seed per attempt, still derived from the request's,
 		// so a replay makes the same choices.
-		res, err := ix.Allocate(req, now, seed+uint64(attempt)*0x9e3779b97f4a7c15)
+		res, err := ix.AllocateContext(ctx, req, now, seed+uint64(attempt)*0x9e3779b97f4a7c15)
 		if err != nil {
 			return nil, err
 		}

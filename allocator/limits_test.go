@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
@@ -225,5 +226,67 @@ func TestLimitsReload(t *testing.T) {
 	}
 	if len(applied) != 0 {
 		t.Fatal("the invalid edit was applied")
+	}
+}
+
+// TestReallocationAtTheLimit: an identity at its maxAllocations may still
+// re-allocate a server it holds (a counter action on its own session, with
+// gameServerState Allocated), which adds nothing to what it holds; a request
+// that could take a new server is still refused, and so is re-allocating
+// when it holds nothing that matches.
+func TestReallocationAtTheLimit(t *testing.T) {
+	h := startHarness(t, harnessOpts{limits: ownershipLimits})
+	alice := h.dial(h.pki.client(t, "alice", nil, nil))
+	bob := h.dial(h.pki.client(t, "bob", nil, nil))
+	lobby := func(state allocation.GameServerSelector_GameServerState) *allocation.AllocationRequest {
+		return &allocation.AllocationRequest{
+			GameServerSelectors: []*allocation.GameServerSelector{{
+				MatchLabels:     map[string]string{"mode": "lobby"},
+				GameServerState: state,
+			}},
+			Counters: map[string]*allocation.CounterAction{"rooms": {
+				Action: wrapperspb.String("Increment"), Amount: wrapperspb.Int64(1),
+			}},
+		}
+	}
+	first, err := h.grpcAllocate(alice, lobby(allocation.GameServerSelector_READY))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bob, at his limit with nothing of his in state Allocated, is refused
+	// for the limit, not told that nothing matched.
+	if _, err := h.grpcAllocate(bob, &allocation.AllocationRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.grpcAllocate(bob, lobby(allocation.GameServerSelector_ALLOCATED))
+	wantCode(t, err, codes.ResourceExhausted)
+
+	// Alice re-allocates her own lobby twice more: rooms 1 -> 2 -> 3.
+	for want := 2; want <= 3; want++ {
+		again, err := h.grpcAllocate(alice, lobby(allocation.GameServerSelector_ALLOCATED))
+		if err != nil {
+			t.Fatalf("re-allocation %d at the limit: %v", want, err)
+		}
+		if again.GameServerName != first.GameServerName {
+			t.Fatalf("re-allocated %s, want her own %s", again.GameServerName, first.GameServerName)
+		}
+		if got := h.backend.Index().CountAllocated("alice"); got != 1 {
+			t.Fatalf("alice holds %d servers, want 1", got)
+		}
+	}
+	// Preferring a new server first is still refused at the limit... unless
+	// an Allocated selector of hers follows, which is then the one tried.
+	mixed := lobby(allocation.GameServerSelector_READY)
+	_, err = h.grpcAllocate(alice, mixed)
+	wantCode(t, err, codes.ResourceExhausted)
+	mixed.GameServerSelectors = append(mixed.GameServerSelectors, &allocation.GameServerSelector{
+		MatchLabels: map[string]string{"mode": "lobby"}, GameServerState: allocation.GameServerSelector_ALLOCATED,
+	})
+	// Her lobby is full now (3 of 3 rooms): the counter action cannot
+	// apply, but the server still matches the selector; what matters is
+	// that she gets her own server and not a new one.
+	got, err := h.grpcAllocate(alice, mixed)
+	if err != nil || got.GameServerName != first.GameServerName {
+		t.Fatalf("mixed request at the limit: %v, %v; want her own %s", got, err, first.GameServerName)
 	}
 }

@@ -213,6 +213,14 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	}
 
 	h, err := s.limits.Load().admit(identity, ns, s.now(), s.backend)
+	var atLimit *limitError
+	if le := (*limitError)(nil); errors.As(err, &le) && le.reason == "max_allocations" && reallocationOnly(&req) {
+		// At its limit, the caller may still re-allocate a server it holds
+		// (a counter or list action on its own session): that adds
+		// nothing to what it holds. Only such selectors are tried.
+		atLimit, err = le, nil
+		ownedOnly(&req, identity)
+	}
 	if err != nil {
 		var le *limitError
 		if errors.As(err, &le) {
@@ -254,6 +262,10 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 		retries = a.Retries
 	}
 	if err != nil {
+		if atLimit != nil && errors.Is(err, core.ErrNoMatch) {
+			s.metrics.Rejections.WithLabelValues(atLimit.reason).Inc()
+			return ns, fleet, nil, retries, status.Error(codes.ResourceExhausted, atLimit.msg)
+		}
 		return ns, fleet, nil, retries, s.allocateStatus(err, nreq)
 	}
 	got = a.GameServer
@@ -317,6 +329,9 @@ func (s *Service) allocateStatus(err error, r *core.Request) error {
 			r.Namespace, len(r.Selectors))
 	case errors.Is(err, ErrContention):
 		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, core.ErrScanBudget):
+		return status.Errorf(codes.ResourceExhausted, "%v (%d selector(s) in namespace %q): narrow them with labels the servers carry, or use fewer",
+			err, len(r.Selectors), r.Namespace)
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
@@ -480,6 +495,27 @@ func HTTPStatus(c codes.Code) int {
 // ownedOnly restricts every Allocated-state selector of req to servers the
 // identity owns, so that one caller cannot take over (and then release)
 // another's live allocation.
+// reallocationOnly keeps only req's selectors of state Allocated (in their
+// order, the deprecated preferred and required ones included) and reports
+// whether any remain.
+func reallocationOnly(req *core.Request) bool {
+	var keep []core.Selector
+	all := req.Selectors
+	if len(all) == 0 {
+		all = append(append(all, req.Preferred...), core.Selector{})
+		if req.Required != nil {
+			all[len(all)-1] = *req.Required
+		}
+	}
+	for _, s := range all {
+		if s.State == core.StateAllocated {
+			keep = append(keep, s)
+		}
+	}
+	req.Selectors, req.Preferred, req.Required = keep, nil, nil
+	return len(keep) > 0
+}
+
 func ownedOnly(req *core.Request, identity string) {
 	restrict := func(s *core.Selector) {
 		if s.State == core.StateAllocated {

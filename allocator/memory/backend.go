@@ -107,7 +107,7 @@ func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time
 		return nil, err
 	}
 	b.mu.RLock()
-	res, err := b.ix.AllocateAndCommit(req, now, seed)
+	res, err := b.ix.AllocateAndCommitContext(ctx, req, now, seed)
 	b.mu.RUnlock()
 	if err != nil {
 		return nil, err
