@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -268,7 +269,13 @@ func simSection(i int, in *SimInput) (section, error) {
 		s.Charts = append(s.Charts, chart{ID: s.ID + "-" + spec.id, Title: spec.title, SVG: svg, Table: seriesTable("time (min)", spec.unit, spec.ss)})
 	}
 	// Latency distribution from the coarse buckets the result keeps.
-	if b := res.Totals.LatencyBuckets; len(b) > 0 {
+	b := res.Totals.LatencyBuckets
+	// The simulator keeps empty buckets up to its histogram's range; they
+	// would stretch the axis to years.
+	for len(b) > 0 && b[len(b)-1].Count == 0 {
+		b = b[:len(b)-1]
+	}
+	if len(b) > 0 {
 		var n uint64
 		for _, x := range b {
 			n += x.Count
@@ -282,17 +289,26 @@ func simSection(i int, in *SimInput) (section, error) {
 				q = 1 - 1/float64(n) // the last value: put it at the max's rank
 			}
 			qs = append(qs, q)
+			// A bucket's bound can lie past the largest value seen.
 			ms = append(ms, x.UpToMs)
+			if m := res.Totals.Latency.MaxMs; m > 0 && m < x.UpToMs {
+				ms[len(ms)-1] = m
+			}
 		}
-		p, err := distributionChart("Latency distribution", []series{{name: "all requests", x: qs, y: ms}})
+		l := res.Totals.Latency
+		p, err := distributionChart("Latency distribution", []series{{name: "bucket bounds (doubling from 1 ms)", x: qs, y: ms}})
 		if err != nil {
+			return s, err
+		}
+		// The exact percentiles the simulator computed, on top of the
+		// coarse buckets.
+		if err := addPoints(p, "exact percentiles", []float64{0.5, 0.9, 0.99, 0.999}, []float64{l.P50Ms, l.P90Ms, l.P99Ms, l.P999Ms}); err != nil {
 			return s, err
 		}
 		svg, err := svgOf(p)
 		if err != nil {
 			return s, err
 		}
-		l := res.Totals.Latency
 		t := table{Head: []string{"percentile", "latency (ms)"}, Rows: [][]string{
 			{"50%", num(l.P50Ms)}, {"90%", num(l.P90Ms)}, {"99%", num(l.P99Ms)}, {"99.9%", num(l.P999Ms)}, {"max", num(l.MaxMs)}, {"mean", num(l.MeanMs)},
 		}}
@@ -450,7 +466,12 @@ func multiXTable(xhead, unit string, ss []series) table {
 	return t
 }
 
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+// numeric tells the template which cells to right-align.
+var numeric = regexp.MustCompile(`^[-+±]?[0-9.]+`)
+
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
+	"num": func(s string) bool { return numeric.MatchString(s) },
+}).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -466,9 +487,9 @@ figure.plot .svg { flex: 0 1 620px; min-width: 320px; background: #fff; }
 figure.plot .numbers { flex: 1 1 320px; max-height: 26rem; overflow: auto; }
 figcaption { font-size: .85rem; color: #555; }
 table { border-collapse: collapse; font-size: .8rem; }
-th, td { border: 1px solid #ddd; padding: .2rem .45rem; text-align: right; white-space: nowrap; }
+th, td { border: 1px solid #ddd; padding: .2rem .45rem; text-align: left; max-width: 30rem; overflow-wrap: anywhere; }
+td.n { text-align: right; white-space: nowrap; }
 th { background: #f4f4f6; position: sticky; top: 0; }
-td:first-child, th:first-child { text-align: left; }
 ul.fails li { color: #c62828; }
 code { font-size: .85em; }
 </style>
@@ -488,7 +509,7 @@ code { font-size: .85em; }
 <div class="svg">{{.SVG}}<figcaption>{{.Title}}{{if .Note}}. {{.Note}}{{end}}</figcaption></div>
 <div class="numbers"><table>
 <thead><tr>{{range .Table.Head}}<th>{{.}}</th>{{end}}</tr></thead>
-<tbody>{{range .Table.Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</tbody>
+<tbody>{{range .Table.Rows}}<tr>{{range .}}<td{{if num .}} class="n"{{end}}>{{.}}</td>{{end}}</tr>{{end}}</tbody>
 </table></div>
 </figure>
 {{end}}
@@ -496,7 +517,7 @@ code { font-size: .85em; }
 <h3>{{.Title}}</h3>
 <div class="numbers"><table>
 <thead><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr></thead>
-<tbody>{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</tbody>
+<tbody>{{range .Rows}}<tr>{{range .}}<td{{if num .}} class="n"{{end}}>{{.}}</td>{{end}}</tr>{{end}}</tbody>
 </table></div>
 {{end}}
 </section>

@@ -8,8 +8,10 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
@@ -42,9 +44,19 @@ const (
 	plotHeight = 8 * vg.Centimeter
 )
 
+// sansOnce switches gonum/plot's default face from Liberation Serif to
+// Liberation Sans, which reads better at plot sizes and matches the page.
+var sansOnce sync.Once
+
+// newPlot returns an empty plot in the page's face.
+func newPlot() *plot.Plot {
+	sansOnce.Do(func() { plot.DefaultFont = font.Font{Typeface: "Liberation", Variant: "Sans"} })
+	return plot.New()
+}
+
 // lineChart draws series as lines against a shared x axis.
 func lineChart(title, xlabel, ylabel string, ss []series) (*plot.Plot, error) {
-	p := plot.New()
+	p := newPlot()
 	p.Title.Text = title
 	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
@@ -109,7 +121,7 @@ func (percentileTicks) Ticks(min, max float64) []plot.Tick {
 	for _, t := range []struct {
 		v float64
 		l string
-	}{{1, "0%"}, {2, "50%"}, {10, "90%"}, {100, "99%"}, {1e3, "99.9%"}, {1e4, "99.99%"}, {1e5, "99.999%"}, {1e6, "99.9999%"}} {
+	}{{1, "0%"}, {10, "90%"}, {100, "99%"}, {1e3, "99.9%"}, {1e4, "99.99%"}, {1e5, "99.999%"}, {1e6, "99.9999%"}} {
 		if t.v >= min*0.999 && t.v <= max*1.001 {
 			out = append(out, plot.Tick{Value: t.v, Label: t.l})
 		}
@@ -142,12 +154,28 @@ func distributionChart(title string, ss []series) (*plot.Plot, error) {
 	return p, nil
 }
 
+// addPoints marks quantiles (0..1) and values on a distribution chart.
+func addPoints(p *plot.Plot, name string, qs, ys []float64) error {
+	xys := make(plotter.XYs, len(qs))
+	for i := range qs {
+		xys[i] = plotter.XY{X: percentileX(qs[i]), Y: ys[i]}
+	}
+	sc, err := plotter.NewScatter(xys)
+	if err != nil {
+		return err
+	}
+	sc.GlyphStyle = draw.GlyphStyle{Shape: draw.CircleGlyph{}, Color: color.Black, Radius: vg.Points(3)}
+	p.Add(sc)
+	p.Legend.Add(name, sc)
+	return nil
+}
+
 // ratioChart draws each gated figure's change against the baseline as a
 // bar (1 is no change) with the current interval as error bars, and its
 // threshold as a red mark: a bar past its mark, with an interval clear of
 // 1, is a regression.
 func ratioChart(rows []Row) (*plot.Plot, []int, error) {
-	p := plot.New()
+	p := newPlot()
 	p.Title.Text = "this run over the baseline (gated figures)"
 	p.Y.Label.Text = "ratio to baseline (1 = unchanged)"
 	p.X.Label.Text = "figure (numbered as in the table)"
@@ -213,6 +241,7 @@ func ratioChart(rows []Row) (*plot.Plot, []int, error) {
 	sc.GlyphStyle = draw.GlyphStyle{Shape: draw.PyramidGlyph{}, Color: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, Radius: vg.Points(4)}
 	p.Add(sc)
 	p.Legend.Add("threshold", sc)
+	p.Legend.Top, p.Legend.Left = true, true
 	one, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 1}, {X: float64(len(idx)) - 0.5, Y: 1}})
 	if err != nil {
 		return nil, nil, err
