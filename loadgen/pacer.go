@@ -195,6 +195,17 @@ func (f *RateFunc) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool
 //
 // duration is the run's measured length (the ramp's span).
 func ParseArrival(spec string, duration time.Duration, seed uint64) (Pacer, error) {
+	return ParseArrivalShare(spec, duration, seed, 1)
+}
+
+// ParseArrivalShare is ParseArrival with every rate multiplied by share:
+// one generator's part when several split a load (share 1/N each; with
+// Poisson arrivals the parts add up to Poisson arrivals at the full rate
+// as long as each generator has its own seed).
+func ParseArrivalShare(spec string, duration time.Duration, seed uint64, share float64) (Pacer, error) {
+	if !(share > 0 && share <= 1) {
+		return nil, fmt.Errorf("share %v: want a fraction in (0, 1]", share)
+	}
 	kind, arg, ok := strings.Cut(spec, ":")
 	if !ok {
 		kind, arg = "constant", spec
@@ -204,7 +215,7 @@ func ParseArrival(spec string, duration time.Duration, seed uint64) (Pacer, erro
 		if err != nil || math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 			return 0, fmt.Errorf("%q is not a rate (requests per second, a number >= 0)", s)
 		}
-		return r, nil
+		return r * share, nil
 	}
 	positive := func(s string) (float64, error) {
 		r, err := rate(s)

@@ -1,0 +1,595 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Target is a configured target with its connection.
+type Target struct {
+	Config TargetConfig
+	Caller Caller
+}
+
+// Options are how a run drives its targets.
+type Options struct {
+	// Closed selects closed loop: Workers callers per target, each
+	// sending when its previous answer came. Otherwise open loop: the
+	// pacer from NewPacer (one per target) sets the arrivals.
+	Closed   bool
+	Workers  int
+	NewPacer func() Pacer
+	// MaxInFlight bounds outstanding requests per target in open loop
+	// (default 1024). An arrival that finds it reached waits for a slot;
+	// what is still waiting when the turn ends is counted as not sent.
+	MaxInFlight int
+	// Duration is each target's measured time (with several targets the
+	// run takes that many times as long); Requests caps each target's
+	// requests. At least one of them, or a schedule that stops, or the
+	// context, ends the run.
+	Duration time.Duration
+	Requests int64
+	// Warmup runs each target this long first, not recorded.
+	Warmup time.Duration
+	// Window is each target's turn when several take turns (default 1s).
+	Window time.Duration
+	// Timeout is each request's deadline (default 10s).
+	Timeout time.Duration
+	// Release gives every allocated server back with Release after
+	// SessionLength (nil: at once). A target that answers Release with
+	// Unimplemented (Agones) keeps its servers.
+	Release       bool
+	SessionLength func() time.Duration
+	// Reference is the index of the target that ratios divide by.
+	Reference int
+	// Progress, when set, gets a progress line every ProgressEvery
+	// (default 1s); with Terminal the line is rewritten in place.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	Terminal      bool
+}
+
+func (o *Options) defaults() error {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 1024
+	}
+	if o.Window <= 0 {
+		o.Window = time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = time.Second
+	}
+	if o.Closed && o.Workers <= 0 {
+		return errors.New("closed loop needs at least one worker")
+	}
+	if !o.Closed && o.NewPacer == nil {
+		return errors.New("open loop needs a pacer")
+	}
+	return nil
+}
+
+type targetRun struct {
+	Target
+	pacer      Pacer
+	rec        *Recorder
+	n          uint64 // the next arrival of the schedule
+	active     time.Duration
+	dispatched int64
+	done       bool
+	sem        chan struct{}
+	wg         sync.WaitGroup
+	windows    []window
+	releasing  atomic.Bool
+	released   atomic.Int64
+	relErrors  atomic.Int64
+}
+
+// window is one turn of one target.
+type window struct {
+	round  int
+	ok     int64
+	active time.Duration
+}
+
+type runner struct {
+	opt       Options
+	runs      []*targetRun
+	start     time.Time // of the measured part
+	callCtx   context.Context
+	current   atomic.Int64 // index of the target whose turn it is
+	relSem    chan struct{}
+	relWG     sync.WaitGroup
+	relMu     sync.Mutex
+	relTimers map[*time.Timer]func()
+	timer     *time.Timer
+	first     bool // the next turn is the measured run's first
+}
+
+// Run drives the targets and returns what it measured. cfg is recorded in
+// the result as given. When ctx ends early the result so far comes back
+// marked Interrupted, with no error.
+func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Result, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("no targets")
+	}
+	if err := opt.defaults(); err != nil {
+		return nil, err
+	}
+	if opt.Reference < 0 || opt.Reference >= len(targets) {
+		return nil, fmt.Errorf("reference target %d out of range", opt.Reference)
+	}
+	callCtx, cancelCalls := context.WithCancel(context.Background())
+	defer cancelCalls()
+	// Ctrl-C stops new requests at once; the ones in flight get a moment
+	// to answer before they are cancelled.
+	stopGrace := context.AfterFunc(ctx, func() {
+		time.AfterFunc(2*time.Second, cancelCalls)
+	})
+	defer stopGrace()
+
+	r := &runner{opt: opt, callCtx: callCtx, relSem: make(chan struct{}, 64), relTimers: map[*time.Timer]func(){}, timer: time.NewTimer(time.Hour)}
+	r.timer.Stop()
+	for _, t := range targets {
+		tr := &targetRun{Target: t, sem: make(chan struct{}, opt.MaxInFlight)}
+		tr.releasing.Store(opt.Release)
+		r.runs = append(r.runs, tr)
+	}
+
+	if opt.Warmup > 0 {
+		r.start = time.Now()
+		for _, tr := range r.runs {
+			tr.rec = NewRecorder()
+			if !opt.Closed {
+				tr.pacer = opt.NewPacer()
+			}
+			r.turn(ctx, tr, opt.Warmup, 0)
+			tr.n, tr.active, tr.dispatched, tr.done, tr.windows = 0, 0, 0, false, nil
+		}
+	}
+	for _, tr := range r.runs {
+		tr.rec = NewRecorder()
+		if !opt.Closed {
+			tr.pacer = opt.NewPacer()
+		}
+	}
+
+	r.start, r.first = time.Now(), true
+	progressDone := make(chan struct{})
+	progressStopped := make(chan struct{})
+	go r.progress(progressDone, progressStopped)
+
+	for round := 0; ctx.Err() == nil; round++ {
+		anyLeft := false
+		for i := range r.runs {
+			k := (round + i) % len(r.runs) // rotate who goes first
+			tr := r.runs[k]
+			if tr.done || ctx.Err() != nil {
+				continue
+			}
+			anyLeft = true
+			w := opt.Window
+			if len(r.runs) == 1 {
+				w = 24 * time.Hour // no one to take turns with
+			}
+			if opt.Duration > 0 && tr.active+w > opt.Duration {
+				w = opt.Duration - tr.active
+			}
+			r.current.Store(int64(k))
+			r.turn(ctx, tr, w, round)
+			if opt.Duration > 0 && tr.active >= opt.Duration {
+				tr.done = true
+			}
+		}
+		if !anyLeft {
+			break
+		}
+	}
+	elapsed := time.Since(r.start)
+	close(progressDone)
+	<-progressStopped
+	r.finishReleases()
+
+	res := &Result{
+		APIVersion:      APIVersion,
+		Kind:            Kind,
+		Config:          cfg,
+		Start:           r.start.UTC(),
+		DurationSeconds: elapsed.Seconds(),
+		Interrupted:     ctx.Err() != nil,
+		Generators:      1,
+	}
+	for _, tr := range r.runs {
+		t := tr.rec.Result(tr.Config)
+		t.Released, t.ReleaseErrors = tr.released.Load(), tr.relErrors.Load()
+		res.Targets = append(res.Targets, t)
+	}
+	res.Ratios = r.ratios(res)
+	return res, nil
+}
+
+func (r *runner) second(t time.Time) int {
+	if t.Before(r.start) {
+		return 0
+	}
+	return int(t.Sub(r.start) / time.Second)
+}
+
+// addActive credits the wall time [from, to) to the seconds it spans.
+func (r *runner) addActive(rec *Recorder, from, to time.Time) {
+	for from.Before(to) {
+		s := r.second(from)
+		end := r.start.Add(time.Duration(s+1) * time.Second)
+		if end.After(to) {
+			end = to
+		}
+		if !end.After(from) { // before the start (warm-up): one piece
+			end = to
+		}
+		rec.Active(s, end.Sub(from))
+		from = end
+	}
+}
+
+// turn gives one target the machine for w of its own time and waits for
+// its answers.
+func (r *runner) turn(ctx context.Context, tr *targetRun, w time.Duration, round int) {
+	before := tr.rec.Snapshot().OK
+	start := time.Now()
+	if r.first {
+		// The measured run starts with its first turn, to the
+		// nanosecond, so its seconds line up with the series'.
+		start, r.first = r.start, false
+	}
+	var from, to time.Time
+	if r.opt.Closed {
+		from, to = r.closedTurn(ctx, tr, w, start)
+	} else {
+		from, to = r.openTurn(ctx, tr, w, start)
+	}
+	tr.wg.Wait()
+	act := to.Sub(from)
+	tr.active += act
+	r.addActive(tr.rec, from, to)
+	tr.windows = append(tr.windows, window{round: round, ok: tr.rec.Snapshot().OK - before, active: act})
+}
+
+// sleepUntil waits for t or the end of ctx; false if ctx ended.
+func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	r.timer.Reset(d)
+	select {
+	case <-r.timer.C:
+		return true
+	case <-ctx.Done():
+		r.timer.Stop()
+		return false
+	}
+}
+
+// openTurn sends the arrivals the target's schedule has between its
+// active time and w later. It returns the wall time the turn covered.
+func (r *runner) openTurn(ctx context.Context, tr *targetRun, w time.Duration, start time.Time) (time.Time, time.Time) {
+	base := tr.active
+	end := base + w
+	endWall := start.Add(w)
+	wallOf := func(d time.Duration) time.Time { return start.Add(d - base) }
+	finished := false // the turn's schedule ran to its end
+	for {
+		if r.opt.Requests > 0 && tr.dispatched >= r.opt.Requests {
+			tr.done = true
+			break
+		}
+		d, stop := tr.pacer.Pace(0, tr.n)
+		if stop {
+			tr.done = true
+			break
+		}
+		if d >= end {
+			finished = true
+			break
+		}
+		due := wallOf(d)
+		if !r.sleepUntil(ctx, due) {
+			break
+		}
+		// Behind the schedule past the turn's end (a slow generator, a
+		// full in-flight bound): the rest of this turn's arrivals are
+		// not sent, and counted so.
+		if time.Now().After(endWall) {
+			break
+		}
+		got := false
+		select {
+		case tr.sem <- struct{}{}:
+			got = true
+		default:
+			r.timer.Reset(time.Until(endWall))
+			select {
+			case tr.sem <- struct{}{}:
+				got = true
+				r.timer.Stop()
+			case <-r.timer.C:
+			case <-ctx.Done():
+				r.timer.Stop()
+			}
+		}
+		if !got {
+			break // the turn or the run ended while waiting for a slot
+		}
+		s := r.second(due)
+		tr.rec.Dispatch(s)
+		tr.n++
+		tr.dispatched++
+		tr.wg.Add(1)
+		go r.call(tr, due, s, true)
+	}
+	// What the schedule still had for this turn was not sent.
+	for r.opt.Requests == 0 || tr.dispatched < r.opt.Requests {
+		d, stop := tr.pacer.Pace(0, tr.n)
+		if stop || d >= end {
+			break
+		}
+		tr.rec.Intend(r.second(wallOf(d)), 1)
+		tr.n++
+		tr.dispatched++
+	}
+	if finished {
+		// The turn lasts its whole length even when its last arrival
+		// came earlier, so that wall time and active time agree.
+		r.sleepUntil(ctx, endWall)
+	}
+	to := time.Now()
+	if to.After(endWall) {
+		to = endWall
+	}
+	return start, to
+}
+
+// closedTurn runs Workers callers until w has passed.
+func (r *runner) closedTurn(ctx context.Context, tr *targetRun, w time.Duration, start time.Time) (time.Time, time.Time) {
+	endWall := start.Add(w)
+	var left atomic.Int64
+	left.Store(r.opt.Requests - tr.dispatched)
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < r.opt.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				now := time.Now()
+				if !now.Before(endWall) {
+					return
+				}
+				if r.opt.Requests > 0 && left.Add(-1) < 0 {
+					return
+				}
+				s := r.second(now)
+				tr.rec.Dispatch(s)
+				sent.Add(1)
+				tr.wg.Add(1)
+				r.call(tr, now, s, false)
+			}
+		}()
+	}
+	wg.Wait()
+	tr.dispatched += sent.Load()
+	if r.opt.Requests > 0 && tr.dispatched >= r.opt.Requests {
+		tr.done = true
+	}
+	// In closed loop the turn lasts until its last answer: the callers
+	// were busy until then.
+	return start, time.Now()
+}
+
+// call sends one request meant to go out at due and records its answer.
+func (r *runner) call(tr *targetRun, due time.Time, s int, slot bool) {
+	defer tr.wg.Done()
+	if slot {
+		defer func() { <-tr.sem }()
+	}
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(r.callCtx, r.opt.Timeout)
+	code, sess := tr.Caller.Call(ctx)
+	cancel()
+	got := time.Now()
+	if code != codes.OK && r.callCtx.Err() != nil {
+		code = codes.Canceled // we stopped it, whatever the transport said
+	}
+	tr.rec.Add(Sample{Second: s, Latency: got.Sub(due), Lateness: sent.Sub(due), Code: code})
+	if code == codes.OK && sess != nil && tr.releasing.Load() {
+		r.release(tr, sess)
+	}
+}
+
+// release gives a session back after its length, off the request path.
+func (r *runner) release(tr *targetRun, sess *Session) {
+	r.relWG.Add(1)
+	fire := func() {
+		defer r.relWG.Done()
+		if !tr.releasing.Load() {
+			return
+		}
+		r.relSem <- struct{}{}
+		defer func() { <-r.relSem }()
+		ctx, cancel := context.WithTimeout(context.Background(), r.opt.Timeout)
+		defer cancel()
+		err := tr.Caller.Release(ctx, sess)
+		switch status.Code(err) {
+		case codes.OK:
+			tr.released.Add(1)
+		case codes.Unimplemented:
+			// Not a Quartermaster allocator: its servers are held, as a
+			// matchmaker without Release would hold them.
+			tr.releasing.Store(false)
+		default:
+			tr.relErrors.Add(1)
+		}
+	}
+	var l time.Duration
+	if r.opt.SessionLength != nil {
+		l = r.opt.SessionLength()
+	}
+	if l <= 0 {
+		go fire()
+		return
+	}
+	r.relMu.Lock()
+	var t *time.Timer
+	t = time.AfterFunc(l, func() {
+		r.relMu.Lock()
+		delete(r.relTimers, t)
+		r.relMu.Unlock()
+		fire()
+	})
+	r.relTimers[t] = fire
+	r.relMu.Unlock()
+}
+
+// finishReleases gives back, now, the sessions still running, so a run
+// does not leave a fleet allocated, and waits (at most a minute) for the
+// releases to finish.
+func (r *runner) finishReleases() {
+	r.relMu.Lock()
+	for t, fire := range r.relTimers {
+		if t.Stop() {
+			go fire()
+		}
+		delete(r.relTimers, t)
+	}
+	r.relMu.Unlock()
+	done := make(chan struct{})
+	go func() { r.relWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+	}
+}
+
+// progress flushes the recorders' finished seconds and, when asked,
+// prints a line about the target whose turn it is.
+func (r *runner) progress(done <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(r.opt.ProgressEvery)
+	defer t.Stop()
+	last := make([]int64, len(r.runs))
+	lastAt := time.Now()
+	for {
+		select {
+		case <-done:
+			if r.opt.Progress != nil && r.opt.Terminal {
+				fmt.Fprint(r.opt.Progress, "\r\033[K")
+			}
+			return
+		case now := <-t.C:
+			for _, tr := range r.runs {
+				tr.rec.Flush(r.second(now))
+			}
+			if r.opt.Progress == nil {
+				continue
+			}
+			k := r.current.Load()
+			tr := r.runs[k]
+			snap := tr.rec.Snapshot()
+			rate := float64(snap.Sent-last[k]) / now.Sub(lastAt).Seconds()
+			for i, x := range r.runs {
+				last[i] = x.rec.Snapshot().Sent
+			}
+			lastAt = now
+			var errs []string
+			for _, c := range ErrorCodes(snap.Errors) {
+				errs = append(errs, fmt.Sprintf("%s=%d", c, snap.Errors[c]))
+			}
+			line := fmt.Sprintf("%6.0fs  %-12s %8.0f req/s  in flight %4d  ok %d  p50 %s  p99 %s",
+				now.Sub(r.start).Seconds(), tr.Config.Name, rate, len(tr.sem), snap.OK, ms(snap.P50), ms(snap.P99))
+			if len(errs) > 0 {
+				line += "  errors " + strings.Join(errs, " ")
+			}
+			if r.opt.Terminal {
+				fmt.Fprintf(r.opt.Progress, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(r.opt.Progress, line)
+			}
+		}
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+
+// ratios compares every target with the reference, over the whole run and
+// round by round.
+func (r *runner) ratios(res *Result) []Ratio {
+	if len(r.runs) < 2 {
+		return nil
+	}
+	ref := r.opt.Reference
+	refT := res.Targets[ref]
+	var out []Ratio
+	for k, t := range res.Targets {
+		if k == ref {
+			continue
+		}
+		ra := Ratio{Target: t.Name, Reference: refT.Name,
+			Throughput: div(t.Throughput, refT.Throughput),
+			P50:        div(t.Latency.P50Ms, refT.Latency.P50Ms),
+			P99:        div(t.Latency.P99Ms, refT.Latency.P99Ms)}
+		rates := func(ws []window) map[int]float64 {
+			m := map[int]float64{}
+			for _, w := range ws {
+				if w.active > 0 {
+					m[w.round] = float64(w.ok) / w.active.Seconds()
+				}
+			}
+			return m
+		}
+		mine, theirs := rates(r.runs[k].windows), rates(r.runs[ref].windows)
+		rounds := make([]int, 0, len(mine))
+		for round := range mine {
+			rounds = append(rounds, round)
+		}
+		sort.Ints(rounds)
+		for _, round := range rounds {
+			if d, ok := theirs[round]; ok && d > 0 {
+				ra.ThroughputRounds = append(ra.ThroughputRounds, mine[round]/d)
+			}
+		}
+		ra.ThroughputMedian = median(ra.ThroughputRounds)
+		out = append(out, ra)
+	}
+	return out
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
