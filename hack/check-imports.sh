@@ -24,4 +24,13 @@ if [ -d sim ]; then
   fi
 fi
 
+# reports reads results; it has no business with clusters or the service
+# itself (the wire types it sees come through loadgen's result).
+if [ -d reports ]; then
+  bad=$(deps ./reports/... | grep -E "^k8s.io/|^${mod}/allocator(/kube|/memory)?\$" || true)
+  if [ -n "$bad" ]; then
+    echo "reports must not depend on Kubernetes or the allocator service; it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+  fi
+fi
+
 exit $fail

@@ -1,0 +1,34 @@
+# Performance reports (reports/, `qm report`).
+#
+#   make perf-report     run the suite (mk/report.sh) into reports/out/results,
+#                        write reports/out/index.html, summary.md and
+#                        comparison.json, print the summary, and fail on a
+#                        significant regression against reports/baseline/
+#   make perf-baseline   run the suite into reports/baseline/ (keeping its
+#                        thresholds.yaml): commit the result after a change
+#                        that moves the figures on purpose
+#   make report-browser  Debian's chromium, for the reports' browser test
+#
+# PERF_ROUNDS (default 6) and PERF_BENCHTIME (default 200ms) size the suite;
+# the whole target is time-boxed to 15 minutes.
+
+PERF_OUT      ?= reports/out
+PERF_BASELINE ?= reports/baseline
+PERF_TIMEOUT  ?= 15m
+
+.PHONY: perf-report perf-baseline report-browser
+
+## perf-report: run the performance suite and gate it against reports/baseline.
+perf-report: build
+	GO="$(GO)" timeout $(PERF_TIMEOUT) bash mk/report.sh "$(BIN)/qm" "$(PERF_OUT)/results"
+	$(BIN)/qm report --baseline "$(PERF_BASELINE)" --out "$(PERF_OUT)" "$(PERF_OUT)"/results/*
+
+## perf-baseline: run the suite and make its results the new baseline.
+perf-baseline: build
+	GO="$(GO)" timeout $(PERF_TIMEOUT) bash mk/report.sh "$(BIN)/qm" "$(PERF_BASELINE)"
+	$(BIN)/qm report --quiet --out "$(PERF_OUT)" "$(PERF_BASELINE)"/*.txt "$(PERF_BASELINE)"/*.json
+
+## report-browser: install Debian's chromium when no Chromium is on PATH.
+report-browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
