@@ -67,6 +67,7 @@ type Server struct {
 	ready             atomic.Bool
 	errs              chan error
 	shutdownOnce      sync.Once
+	healthOnce        sync.Once
 }
 
 // NewServer builds a Server; Listen binds it, Serve runs it.
@@ -201,12 +202,21 @@ func (s *Server) Addrs() (grpcAddr, restAddr, httpAddr string) {
 // down, and its backend in sync.
 func (s *Server) Ready() bool { return s.ready.Load() && s.opts.Service.Backend().Ready() }
 
+// StartHealth serves /live, /ready (not ready until Start) and /metrics
+// alone, so that a probe sees a live process while the backend is still
+// syncing. Start calls it too; calling it first is optional.
+func (s *Server) StartHealth() {
+	s.healthOnce.Do(func() {
+		if s.opsLn != nil {
+			go s.run("health", func() error { return s.ops.Serve(s.opsLn) })
+		}
+	})
+}
+
 // Start serves on the bound listeners in the background and marks the
 // server ready.
 func (s *Server) Start() {
-	if s.opsLn != nil {
-		go s.run("health", func() error { return s.ops.Serve(s.opsLn) })
-	}
+	s.StartHealth()
 	switch {
 	case s.restLn != nil:
 		go s.run("grpc", func() error { return s.grpc.Serve(s.ln) })
@@ -292,10 +302,16 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if s.ln != nil && s.split == nil {
 		s.ln.Close()
 	}
+	if s.restLn != nil {
+		s.restLn.Close() // never served when Start was not called
+	}
 	// The health port goes last: /ready answers "not ready" until the end.
 	opsErr := s.ops.Shutdown(ctx)
 	if opsErr != nil {
 		s.ops.Close()
+	}
+	if s.opsLn != nil {
+		s.opsLn.Close() // never served when neither Start nor StartHealth ran
 	}
 	return errors.Join(restErr, opsErr)
 }

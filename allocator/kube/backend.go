@@ -46,7 +46,13 @@ type Config struct {
 	// PackedSpread matches (core.Index.SetReplicaShard). Give each replica
 	// a different shard (a StatefulSet ordinal) so they rarely race.
 	ReplicaShard, Replicas int
-	Logger                 *slog.Logger
+	// SyncTimeout bounds Start's wait for the first list: past it Start gives up
+	// with a *SyncError naming the reason. 0 waits until the context ends.
+	SyncTimeout time.Duration
+	// ProgressInterval is how often WaitForSync logs that it still waits;
+	// 0 means DefaultProgressInterval.
+	ProgressInterval time.Duration
+	Logger           *slog.Logger
 }
 
 // Defaults for Config.
@@ -73,6 +79,9 @@ type Backend struct {
 
 	mu  sync.Mutex
 	raw map[core.Key]*gameServer // newest object known per key
+
+	runOnce  sync.Once
+	listErrs listErrors // the informer's newest list or watch failure
 
 	lastConflict atomic.Int64  // unix nanoseconds of the last write conflict
 	writtenRV    atomic.Uint64 // newest resourceVersion our writes produced
@@ -106,6 +115,9 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
+	}
 	rc := rest.CopyConfig(cfg.REST)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	client, err := newRESTClient(rc)
@@ -122,7 +134,10 @@ func New(cfg Config) (*Backend, error) {
 	b.ix.SetPackedSpread(cfg.PackedSpread)
 	b.ix.SetReplicaShard(cfg.ReplicaShard, cfg.Replicas)
 	b.ix.SetCountedAnnotation(allocator.OwnerAnnotation)
-	b.informer = cache.NewSharedIndexInformer(listWatch(client, cfg.Namespace), &gameServer{}, 0, cache.Indexers{})
+	b.informer = cache.NewSharedIndexInformer(b.recorded(listWatch(client, cfg.Namespace)), &gameServer{}, 0, cache.Indexers{})
+	if err := b.informer.SetWatchErrorHandlerWithContext(b.onWatchError); err != nil {
+		return nil, fmt.Errorf("kube: informer: %w", err)
+	}
 	b.handler, err = b.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    b.onUpsert,
 		UpdateFunc: func(_, obj any) { b.onUpsert(obj) },
@@ -132,17 +147,6 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("kube: informer: %w", err)
 	}
 	return b, nil
-}
-
-// Start runs the informer until ctx ends and waits for its first list.
-func (b *Backend) Start(ctx context.Context) error {
-	go b.informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), b.handler.HasSynced) {
-		return fmt.Errorf("kube: GameServer cache did not sync: %w", ctx.Err())
-	}
-	b.synced.Store(true)
-	b.log.Info("gameserver cache synced", "servers", b.ix.Len(), "namespace", b.cfg.Namespace)
-	return nil
 }
 
 // Ready reports whether the cache has synced.

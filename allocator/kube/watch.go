@@ -41,11 +41,14 @@ func newRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 func listWatch(c rest.Interface, namespace string) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			raw, err := c.Get().Namespace(namespace).Resource(GameServerResource.Resource).
-				VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Raw()
-			if err != nil {
+			res := c.Get().Namespace(namespace).Resource(GameServerResource.Resource).
+				VersionedParams(&opts, metav1.ParameterCodec).Do(ctx)
+			// Error, not Raw's error: it decodes the API server's Status,
+			// whose message says who may not do what.
+			if err := res.Error(); err != nil {
 				return nil, err
 			}
+			raw, _ := res.Raw()
 			return decodeGameServerList(raw)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {

@@ -80,6 +80,7 @@ type serveFlags struct {
 	timeout                  time.Duration
 	maxRequestBytes          int
 	maxStreams               uint
+	syncTimeout              time.Duration
 }
 
 // serveFlagSet defines `qm serve`'s flags on f.
@@ -115,6 +116,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.timeout, "timeout", allocator.DefaultTimeout, "bound on a request whose caller set no deadline")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
 	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
+	fs.DurationVar(&f.syncTimeout, "sync-timeout", defaultSyncTimeout, "--backend kubernetes: give up (exit 1, naming the reason) when the GameServer cache has not synced after this long; 0 waits until stopped")
 	return fs
 }
 
@@ -185,6 +187,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	var backend allocator.Backend
+	var kubeBackend *kube.Backend
 	var fleets *memory.Config
 	fleetSource := ""
 	switch f.backend {
@@ -229,11 +232,10 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		if err != nil {
 			return err
 		}
-		log.Info("waiting for the GameServer cache to sync")
-		if err := kb.Start(runCtx); err != nil {
-			return fmt.Errorf("starting the kubernetes backend: %w", err)
-		}
-		backend = kb
+		// The informer lives as long as the process; the wait for its
+		// first list comes once /live is served (below).
+		kb.Run(runCtx)
+		backend, kubeBackend = kb, kb
 	default:
 		return fmt.Errorf("--backend %q is not available (have: memory, kubernetes)", f.backend)
 	}
@@ -261,6 +263,11 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	}
 	if err := srv.Listen(); err != nil {
 		return err
+	}
+	if kubeBackend != nil {
+		if err := awaitKubeSync(ctx, kubeBackend, srv, f.syncTimeout, log); err != nil || ctx.Err() != nil {
+			return err
+		}
 	}
 
 	go tlsSrv.Run(runCtx)
@@ -290,6 +297,35 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	err = srv.Shutdown(sctx)
 	log.Info("stopped")
 	return err
+}
+
+// defaultSyncTimeout bounds the first list of GameServers. A list of 100k
+// takes seconds; minutes mean something is wrong, and exiting with the
+// reason says more than a probe restarting a silent process.
+const defaultSyncTimeout = 5 * time.Minute
+
+// awaitKubeSync serves the health port while the kubernetes backend's first
+// list runs (/live answers, /ready does not), and waits for that list under
+// the signal context, at most timeout. A signal meanwhile is a clean stop
+// (nil, with ctx done); a timeout is an error naming the reason.
+func awaitKubeSync(ctx context.Context, kb *kube.Backend, srv *allocator.Server, timeout time.Duration, log *slog.Logger) error {
+	srv.StartHealth()
+	if _, _, httpAddr := srv.Addrs(); httpAddr != "" {
+		log.Info("health port serving while the GameServer cache syncs", "http", httpAddr)
+	}
+	err := kb.WaitForSync(ctx, timeout)
+	if err == nil {
+		return nil
+	}
+	// Nothing but the health port has served: no requests to drain.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = srv.Shutdown(done)
+	if ctx.Err() != nil {
+		log.Info("stopped before the GameServer cache synced")
+		return nil
+	}
+	return fmt.Errorf("starting the kubernetes backend: %w", err)
 }
 
 // limitsPollInterval is how often --limits is re-read for changes.
