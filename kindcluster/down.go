@@ -98,3 +98,18 @@ func dirExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
 }
+
+// StopProcess stops the process group led by pid, if pid is still a process
+// running binary (the base name of its argv[0]; "" for any): SIGTERM, then
+// SIGKILL after grace. It is for owners that recorded what they started and
+// must stop it from another process (`qm cluster down`).
+func StopProcess(pid int, binary string, grace time.Duration) error {
+	if pid <= 0 || !processAlive(pid) || !cmdlineHas(pid, binary) {
+		return nil
+	}
+	return killGroup(pid, grace)
+}
+
+// OwnerAlive reports whether pid is a live process (the owner recorded in a
+// state file, say).
+func OwnerAlive(pid int) bool { return pid > 0 && processAlive(pid) }

@@ -212,6 +212,28 @@ func (c *checker) name(path, n string) {
 	}
 }
 
+// checkCapacities checks named capacities: names not empty, capacities in
+// [0, most] (lists hold at most 1000 values in Agones).
+func checkCapacities(c *checker, path string, m map[string]Capacity, most int64) {
+	for _, k := range sortedNames(m) {
+		if k == "" {
+			c.add(path, "a name must not be empty")
+		}
+		if v := m[k].Capacity; v < 0 || v > most {
+			c.add(fmt.Sprintf("%s[%q].capacity", path, k), "must be between 0 and %d, got %d", most, v)
+		}
+	}
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // Validate checks a defaulted scenario; the error lists every problem with
@@ -326,6 +348,8 @@ func (s *Scenario) Validate() error {
 				c.add(fp+".sessionEnd", "must be Shutdown or Ready, not %q", f.SessionEnd)
 			}
 			c.dist(fp+".startupDelay", f.StartupDelay)
+			checkCapacities(c, fp+".counters", f.Counters, math.MaxInt64)
+			checkCapacities(c, fp+".lists", f.Lists, 1000)
 			for k, v := range f.Labels {
 				if k == "" || len(k) > 316 || len(v) > 63 {
 					c.add(fp+".labels", "label %q=%q is not a valid Kubernetes label", k, v)

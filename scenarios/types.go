@@ -109,6 +109,17 @@ type Fleet struct {
 	// SessionEnd: Shutdown (default; replaced by a new server) or Ready.
 	SessionEnd string  `yaml:"sessionEnd,omitempty" json:"sessionEnd,omitempty"`
 	Buffer     *Buffer `yaml:"buffer,omitempty" json:"buffer,omitempty"`
+	// Counters and Lists give every server of the fleet these Agones
+	// counters (count 0) and lists (no values) of the given capacity. A
+	// live rig creates them on its GameServers; the simulator's requests
+	// select by labels only, so there they change nothing.
+	Counters map[string]Capacity `yaml:"counters,omitempty" json:"counters,omitempty"`
+	Lists    map[string]Capacity `yaml:"lists,omitempty" json:"lists,omitempty"`
+}
+
+// Capacity is a counter's or list's capacity.
+type Capacity struct {
+	Capacity int64 `yaml:"capacity" json:"capacity"`
 }
 
 // Buffer is a buffer FleetAutoscaler.

@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 )
 
 // `qm cluster up` runs in the foreground and owns its cluster: Ctrl-C (or
@@ -30,11 +32,21 @@ func init() {
 const clusterUsage = `usage:
   qm cluster up   [--name N] [--dir D] [--bin-dir B] [--dry-run]
   qm cluster down [--name N] [--dir D]
+  qm cluster up   --topology FILE [--dir D] [--bin-dir B] [--dry-run]
+  qm cluster down --topology FILE [--dir D]
 
 'up' starts etcd and kube-apiserver on free 127.0.0.1 ports, installs the
 GameServer, Fleet and GameServerAllocationPolicy CRDs, prints the kubeconfig
 path and stays in the foreground until Ctrl-C (or 'qm cluster down'), then
 stops both processes and removes the cluster's directory.
+
+With --topology (a Topology file, or a Scenario file whose clusters and
+policies describe the rig), 'up' brings up a multi-cluster rig: one API
+server per cluster (started together), its fleets and a fleet agent, its
+allocator replicas as qm processes, a latency proxy on every link (callers to
+allocators, allocators to each other) and the GameServerAllocationPolicies
+and connection Secrets that route between them. It prints, per cluster, the
+kubeconfig, the allocator address callers dial and the client certificates.
 
 The binaries come from bin/ of the repository (make bin/etcd
 bin/kube-apiserver bin/kubectl), or from --bin-dir or $QM_BIN_DIR.
@@ -70,8 +82,16 @@ func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	binDir := fs.String("bin-dir", "", "directory with etcd and kube-apiserver (default ./bin of the repository, or $"+kindcluster.BinDirEnv+")")
 	dryRun := fs.Bool("dry-run", false, "print the commands instead of running them")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the API server to be ready")
+	topology := fs.String("topology", "", "a topology (or scenario) file: bring up a multi-cluster rig")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "qm cluster up: unexpected arguments: %v\n", fs.Args())
+		return exitError{2}
+	}
+	if *topology != "" {
+		return rigUp(ctx, *topology, *dir, *binDir, *dryRun, *timeout, stdout, stderr)
 	}
 	if *dir == "" {
 		*dir = defaultClusterDir(*name)
@@ -115,8 +135,12 @@ func clusterDown(args []string, stdout, stderr io.Writer) error {
 	name := fs.String("name", "qm", "cluster name")
 	dir := fs.String("dir", "", "cluster directory (default $TMPDIR/qm-cluster-NAME)")
 	grace := fs.Duration("grace", 10*time.Second, "how long each process gets after SIGTERM before SIGKILL")
+	topology := fs.String("topology", "", "the topology file the rig was brought up from")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
+	}
+	if *topology != "" {
+		return rigDown(*topology, *dir, *grace, stdout)
 	}
 	if *dir == "" {
 		*dir = defaultClusterDir(*name)
@@ -128,5 +152,69 @@ func clusterDown(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "cluster %q stopped\n", *name)
+	return nil
+}
+
+func rigUp(ctx context.Context, file, dir, binDir string, dryRun bool, timeout time.Duration, stdout, stderr io.Writer) error {
+	t, err := rig.Load(file)
+	if err != nil {
+		return err
+	}
+	for _, n := range t.NotModelled() {
+		fmt.Fprintln(stderr, "note: not modelled live:", n)
+	}
+	opts := rig.Options{Dir: dir, BinDir: binDir, StartTimeout: timeout, Log: stderr}
+	if dryRun {
+		opts.Runner = &kindcluster.DryRunner{Out: stdout}
+		opts.Log = nil
+	}
+	r, err := rig.Up(ctx, t, opts)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = r.Stop() }()
+	if dryRun {
+		return r.Stop()
+	}
+	printRig(stdout, r)
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "stopping rig", t.Metadata.Name)
+	return r.Stop()
+}
+
+func printRig(w io.Writer, r *rig.Rig) {
+	t := r.Topology
+	fmt.Fprintf(w, "rig %q is up (%s)\n", t.Metadata.Name, r.Dir)
+	l := r.Certs
+	for i, c := range r.Clusters {
+		spec := t.Spec.Clusters[i]
+		fmt.Fprintf(w, "\ncluster %s (provider %s, region %s)\n", c.Name, spec.Provider, spec.Region)
+		fmt.Fprintf(w, "  kubeconfig: %s\n", c.Kube.KubeconfigPath())
+		addrs := r.CallerAddrs(c.Name)
+		fmt.Fprintf(w, "  allocator:  %s (through the callers' link; %d replica(s))\n", strings.Join(addrs, ", "), len(c.Replicas))
+		if len(addrs) > 0 {
+			fmt.Fprintf(w, "  allocate:   qm allocate --addr %s --certs-dir %s --identity %s --multicluster\n", addrs[0], l.Dir, rig.CallerIdentity)
+		}
+	}
+	fmt.Fprintf(w, "\nclient certificates: %s (identity %q: %s, %s; CA %s)\n", l.Dir, rig.CallerIdentity,
+		l.ClientCert(rig.CallerIdentity), l.ClientKey(rig.CallerIdentity), l.CACert())
+	fmt.Fprintf(w, "Ctrl-C here, or 'qm cluster down --topology FILE', stops every process and removes %s.\n", r.Dir)
+}
+
+func rigDown(file, dir string, grace time.Duration, stdout io.Writer) error {
+	if dir == "" {
+		t, err := rig.Load(file)
+		if err != nil {
+			return err
+		}
+		dir = rig.DefaultDir(t.Metadata.Name)
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no rig in %s", dir)
+	}
+	if err := rig.StopDir(dir, grace); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rig in %s stopped\n", dir)
 	return nil
 }

@@ -1,0 +1,10 @@
+// Package rig brings up a multi-cluster rig from a topology file: several
+// real clusters (kindcluster's etcd and kube-apiserver processes), each with
+// its fleets, a fleet agent and allocator replicas as `qm` processes, the
+// cross-cluster mTLS Secrets and GameServerAllocationPolicies, and a TCP
+// proxy on every link (callers to allocators, allocators to each other) whose
+// latency and faults can be switched while load runs.
+//
+// `qm cluster up --topology FILE` and the e2e suite use it; a topology can
+// also be a scenario file, whose clusters and policies describe the rig.
+package rig

@@ -1,0 +1,182 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/quartermaster-dev/quartermaster/scenarios"
+)
+
+// This machine's kernels have no netem, so links are TCP proxies in this
+// process, built on Shopify's toxiproxy used as a library: every connection
+// from the callers to an allocator, and from an allocator to another
+// cluster's, goes through one, and latency and faults are its "toxics",
+// switched while load runs.
+
+// Fault is something a link can be made to do wrong.
+type Fault string
+
+// The faults a link knows.
+const (
+	// FaultDown closes the link's listener and its connections: new
+	// connections are refused, as from a cluster that is gone.
+	FaultDown Fault = "down"
+	// FaultReset accepts connections and resets them at once.
+	FaultReset Fault = "reset"
+	// FaultSlow adds a second of latency each way.
+	FaultSlow Fault = "slow"
+)
+
+// Proxy is one proxied connection path from an end to an allocator replica.
+type Proxy struct {
+	From, To string // "callers" or a cluster; a cluster
+	Replica  int
+
+	mu      sync.Mutex
+	proxy   *toxiproxy.Proxy
+	addr    string // where it listens, kept across down and up
+	latency Link
+	faults  map[Fault]bool
+}
+
+// Proxies is the set of a rig's links, sharing one toxiproxy server.
+type Proxies struct {
+	server *toxiproxy.ApiServer
+	mu     sync.Mutex
+	all    []*Proxy
+}
+
+// NewProxies returns an empty set of links.
+func NewProxies() *Proxies {
+	return &Proxies{server: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())}
+}
+
+// Add starts a link listening on a free loopback port and forwarding to
+// upstream, with the given latency each way.
+func (ls *Proxies) Add(from, to string, replica int, upstream string, l Link) (*Proxy, error) {
+	name := fmt.Sprintf("%s->%s/%d", from, to, replica)
+	p := toxiproxy.NewProxy(ls.server, name, "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		return nil, fmt.Errorf("link %s: %w", name, err)
+	}
+	lk := &Proxy{From: from, To: to, Replica: replica, proxy: p, addr: p.Listen, faults: map[Fault]bool{}}
+	if err := lk.SetLatency(l); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	ls.mu.Lock()
+	ls.all = append(ls.all, lk)
+	ls.mu.Unlock()
+	return lk, nil
+}
+
+// All returns every link, in the order they were added.
+func (ls *Proxies) All() []*Proxy {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return append([]*Proxy(nil), ls.all...)
+}
+
+// Find returns the links from one end to a cluster (every replica's).
+func (ls *Proxies) Find(from, to string) []*Proxy {
+	var out []*Proxy
+	for _, l := range ls.All() {
+		if l.From == from && l.To == to {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Close stops every link.
+func (ls *Proxies) Close() {
+	for _, l := range ls.All() {
+		l.mu.Lock()
+		l.proxy.Stop()
+		l.mu.Unlock()
+	}
+}
+
+// Addr is where the link listens: the address to dial instead of the
+// allocator's own.
+func (l *Proxy) Addr() string { return l.addr }
+
+func (l *Proxy) String() string { return fmt.Sprintf("%s -> %s/%d (%s)", l.From, l.To, l.Replica, l.addr) }
+
+// SetLatency sets the link's latency and jitter, each way.
+func (l *Proxy) SetLatency(lat Link) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.latency = lat
+	return l.apply()
+}
+
+// Set switches a fault on or off.
+func (l *Proxy) Set(f Fault, on bool) error {
+	switch f {
+	case FaultDown, FaultReset, FaultSlow:
+	default:
+		return fmt.Errorf("unknown fault %q (want %s, %s or %s)", f, FaultDown, FaultReset, FaultSlow)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.faults[f] = on
+	return l.apply()
+}
+
+// Faults lists the faults switched on.
+func (l *Proxy) Faults() []Fault {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Fault
+	for _, f := range []Fault{FaultDown, FaultReset, FaultSlow} {
+		if l.faults[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// apply makes the proxy's state what l says: listening or not, and the
+// toxics of its latency and faults. Called with l.mu held.
+func (l *Proxy) apply() error {
+	down := l.faults[FaultDown]
+	if down && l.proxy.Enabled {
+		l.proxy.Stop()
+	}
+	if !down && !l.proxy.Enabled {
+		// Listen where it listened before: the policies point there.
+		l.proxy.Listen = l.addr
+		if err := l.proxy.Start(); err != nil {
+			return fmt.Errorf("link %s: up again: %w", l, err)
+		}
+	}
+	lat := l.latency
+	if l.faults[FaultSlow] {
+		lat.Latency += scenarios.Duration(time.Second)
+	}
+	want := map[string]string{}
+	for _, dir := range []string{"upstream", "downstream"} {
+		if lat.Latency > 0 {
+			want["latency_"+dir] = fmt.Sprintf(`{"name":"latency_%s","type":"latency","stream":"%s","attributes":{"latency":%d,"jitter":%d}}`,
+				dir, dir, lat.Latency.D().Milliseconds(), lat.Jitter.D().Milliseconds())
+		}
+	}
+	if l.faults[FaultReset] {
+		want["reset_upstream"] = `{"name":"reset_upstream","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`
+	}
+	// Replace the toxics wholesale: few, and changed rarely.
+	l.proxy.Toxics.ResetToxics(context.Background())
+	for _, name := range sortedKeys(want) {
+		if _, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(want[name])); err != nil {
+			return fmt.Errorf("link %s: toxic %s: %w", l, name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,592 @@
+package rig
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/quartermaster-dev/quartermaster/certs"
+	"github.com/quartermaster-dev/quartermaster/kindcluster"
+)
+
+// Options configure Up.
+type Options struct {
+	// Dir is the rig's directory: certificates, one directory per cluster
+	// (API server, logs, policies), the state file. It must not exist or be
+	// empty; Stop removes it. Default: DefaultDir(the topology's name).
+	Dir string
+	// BinDir holds etcd and kube-apiserver (default kindcluster's).
+	BinDir string
+	// QM is the qm binary the allocators and fleet agents run as (default:
+	// this executable, which is right for `qm cluster up`).
+	QM string
+	// Runner runs the processes (default kindcluster.ExecRunner); a
+	// *kindcluster.DryRunner prints every command instead.
+	Runner kindcluster.Runner
+	// StartTimeout bounds each wait: an API server, an allocator, a fleet
+	// turning Ready. Default 2 minutes.
+	StartTimeout time.Duration
+	// Log receives progress lines (may be nil).
+	Log io.Writer
+	// ServeArgs are added to every allocator's command line.
+	ServeArgs []string
+	// Session is how long the fleet agents let an allocated server play
+	// before replacing it (0: for ever, so allocations stay on the API
+	// servers for a test to count).
+	Session time.Duration
+}
+
+// DefaultDir is where the rig of a topology named name lives unless told
+// otherwise: a fixed place per name, so `qm cluster down` finds it.
+func DefaultDir(name string) string {
+	if name == "" {
+		name = "rig"
+	}
+	return filepath.Join(os.TempDir(), "qm-rig-"+name)
+}
+
+// Identities in the rig's certificate directory.
+const (
+	// CallerIdentity is the matchmaker's client certificate.
+	CallerIdentity = "caller"
+	// forwarderPrefix + cluster name is the identity a cluster's
+	// allocators present when they forward to another cluster.
+	forwarderPrefix = "forwarder-"
+)
+
+// Rig is a running rig.
+type Rig struct {
+	Topology *Topology
+	Dir      string
+	Certs    certs.Layout
+	Clusters []*Cluster
+	Proxies  *Proxies
+
+	opts  Options
+	dry   bool
+	mu    sync.Mutex
+	procs []ownedProcess
+	kube  []*kindcluster.Cluster
+	once  sync.Once
+	err   error
+}
+
+// Cluster is one cluster of a running rig.
+type Cluster struct {
+	Name string
+	Kube *kindcluster.Cluster
+	// Replicas are the allocator replicas: their own addresses, which only
+	// the rig's links use.
+	Replicas []Replica
+}
+
+// Replica is one allocator process.
+type Replica struct {
+	GRPC, HTTP string
+	Pid        int
+}
+
+type ownedProcess struct {
+	name string
+	p    kindcluster.Process
+}
+
+// Cluster returns the named cluster of the rig, or nil.
+func (r *Rig) Cluster(name string) *Cluster {
+	for _, c := range r.Clusters {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// CallerAddrs are the addresses callers dial for a cluster: the links to
+// each of its allocator replicas.
+func (r *Rig) CallerAddrs(cluster string) []string {
+	var out []string
+	for _, l := range r.Proxies.Find(CallersName, cluster) {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
+// Up brings the topology's rig up: API servers (concurrently), CRDs,
+// certificates, fleets and fleet agents, allocator replicas, links, and the
+// connection Secrets and policies in every cluster. On failure it stops
+// whatever it started and returns an error naming the step and cluster.
+func Up(ctx context.Context, t *Topology, opts Options) (_ *Rig, err error) {
+	if opts.Dir == "" {
+		opts.Dir = DefaultDir(t.Metadata.Name)
+	}
+	if opts.Runner == nil {
+		opts.Runner = kindcluster.ExecRunner{}
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	if opts.QM == "" {
+		if opts.QM, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	if t.Spec.Provider != ProviderLocal {
+		return nil, fmt.Errorf("provider %q: only %q runs on this machine (kind needs Docker and kind's node image)", t.Spec.Provider, ProviderLocal)
+	}
+	_, dry := opts.Runner.(*kindcluster.DryRunner)
+	r := &Rig{Topology: t, Dir: opts.Dir, opts: opts, dry: dry, Proxies: NewProxies()}
+	if err := makeEmptyDir(opts.Dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = r.Stop()
+		}
+	}()
+	if err := r.writeState(); err != nil {
+		return nil, err
+	}
+	r.logf("rig %q in %s", t.Metadata.Name, r.Dir)
+	if err := r.makeCerts(); err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
+	}
+
+	kopts := make([]kindcluster.Options, len(t.Spec.Clusters))
+	for i, c := range t.Spec.Clusters {
+		kopts[i] = kindcluster.Options{
+			Name: c.Name, Dir: filepath.Join(r.Dir, c.Name, "apiserver"), BinDir: opts.BinDir,
+			Runner: opts.Runner, StartTimeout: opts.StartTimeout, Log: opts.Log, EtcdUnsafeNoFsync: true,
+		}
+		if err := os.MkdirAll(filepath.Join(r.Dir, c.Name), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	r.logf("starting %d API servers", len(kopts))
+	ks, err := kindcluster.StartMany(ctx, kopts)
+	if err != nil {
+		return nil, err
+	}
+	r.kube = ks
+	for i, c := range t.Spec.Clusters {
+		r.Clusters = append(r.Clusters, &Cluster{Name: c.Name, Kube: ks[i]})
+	}
+	if err := r.writeState(); err != nil {
+		return nil, err
+	}
+
+	// Each cluster's fleets, agent and allocators, concurrently.
+	errs := make([]error, len(r.Clusters))
+	var wg sync.WaitGroup
+	for i := range r.Clusters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.startCluster(ctx, i); err != nil {
+				errs[i] = fmt.Errorf("cluster %q: %w", r.Clusters[i].Name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := r.writeState(); err != nil {
+		return nil, err
+	}
+	if r.dry {
+		return r, nil // links and policies need the allocators' addresses
+	}
+	if err := r.link(); err != nil {
+		return nil, err
+	}
+	for i := range r.Clusters {
+		if err := r.installPolicies(ctx, i); err != nil {
+			return nil, fmt.Errorf("cluster %q: policies: %w", r.Clusters[i].Name, err)
+		}
+	}
+	r.logf("rig %q is up", t.Metadata.Name)
+	return r, nil
+}
+
+func makeEmptyDir(dir string) error {
+	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("%s exists and is not empty: is a rig of this name running? ('qm cluster down' stops it)", dir)
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+func (r *Rig) logf(format string, args ...any) {
+	if r.opts.Log != nil {
+		fmt.Fprintf(r.opts.Log, format+"\n", args...)
+	}
+}
+
+func (r *Rig) makeCerts() error {
+	clients := []string{CallerIdentity}
+	for _, c := range r.Topology.Spec.Clusters {
+		clients = append(clients, forwarderPrefix+c.Name)
+	}
+	res, err := certs.Generate(certs.GenerateOptions{
+		Dir: filepath.Join(r.Dir, "certs"), Hosts: []string{"127.0.0.1", "localhost"}, Clients: clients, Now: time.Now(),
+	})
+	if err != nil {
+		return err
+	}
+	r.Certs = res.Layout
+	return nil
+}
+
+// start runs a long-lived process the rig owns.
+func (r *Rig) start(name string, cmd kindcluster.Command) (kindcluster.Process, error) {
+	p, err := r.opts.Runner.Start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	r.mu.Lock()
+	r.procs = append(r.procs, ownedProcess{name, p})
+	r.mu.Unlock()
+	return p, nil
+}
+
+func (r *Rig) startCluster(ctx context.Context, i int) error {
+	c := r.Clusters[i]
+	spec := r.Topology.Spec.Clusters[i]
+	dir := filepath.Join(r.Dir, c.Name)
+	if err := r.applyFleets(ctx, i); err != nil {
+		return fmt.Errorf("fleets: %w", err)
+	}
+	agent := kindcluster.Command{
+		Path: r.opts.QM,
+		Args: []string{"agent", "--kubeconfig", c.Kube.KubeconfigPath(), "--namespace", r.Topology.Spec.Namespace,
+			"--nodes", strconv.Itoa(spec.Nodes.Count), "--max-per-node", strconv.Itoa(spec.Nodes.Slots),
+			"--startup", "100ms", "--interval", "200ms", "--session", r.opts.Session.String()},
+		LogFile: filepath.Join(dir, "agent.log"),
+	}
+	if _, err := r.start(c.Name+" fleet agent", agent); err != nil {
+		return err
+	}
+	// The policies file starts empty; installPolicies fills it once the
+	// links exist, and the allocators re-read it.
+	if err := os.WriteFile(r.policiesFile(c.Name), nil, 0o644); err != nil {
+		return err
+	}
+	replicas := *spec.Allocator.Replicas
+	for n := range replicas {
+		ready := filepath.Join(dir, fmt.Sprintf("allocator-%d.ready", n))
+		args := []string{"serve", "--backend", "kubernetes", "--kubeconfig", c.Kube.KubeconfigPath(),
+			"--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+			"--tls-dir", r.Certs.ServerDir(), "--client-ca-dir", r.Certs.ClientCADir(),
+			"--ready-file", ready, "--policies", r.policiesFile(c.Name), "--log-format", "json"}
+		if replicas > 1 {
+			args = append(args, "--replicas", strconv.Itoa(replicas), "--replica-shard", strconv.Itoa(n))
+		}
+		args = append(args, r.opts.ServeArgs...)
+		p, err := r.start(fmt.Sprintf("%s allocator %d", c.Name, n), kindcluster.Command{
+			Path: r.opts.QM, Args: args, LogFile: filepath.Join(dir, fmt.Sprintf("allocator-%d.log", n)),
+		})
+		if err != nil {
+			return err
+		}
+		rep := Replica{Pid: p.Pid()}
+		if !r.dry {
+			if rep.GRPC, rep.HTTP, err = waitReady(ctx, ready, p, r.opts.StartTimeout); err != nil {
+				return fmt.Errorf("allocator %d: %w (log: %s)", n, err, filepath.Join(dir, fmt.Sprintf("allocator-%d.log", n)))
+			}
+		}
+		c.Replicas = append(c.Replicas, rep)
+	}
+	if r.dry {
+		return nil
+	}
+	return r.waitFleets(ctx, i)
+}
+
+func (r *Rig) policiesFile(cluster string) string {
+	return filepath.Join(r.Dir, cluster, "policies.yaml")
+}
+
+// waitReady waits for an allocator's ready file and its /ready.
+func waitReady(ctx context.Context, file string, p kindcluster.Process, timeout time.Duration) (grpcAddr, httpAddr string, err error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(file); err == nil && len(b) > 0 {
+			var addrs struct{ GRPC, HTTP string }
+			if err := json.Unmarshal(b, &addrs); err == nil && addrs.GRPC != "" {
+				grpcAddr, httpAddr = addrs.GRPC, addrs.HTTP
+				resp, err := http.Get("http://" + httpAddr + "/ready")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						return grpcAddr, httpAddr, nil
+					}
+				}
+			}
+		}
+		select {
+		case <-p.Done():
+			return "", "", fmt.Errorf("exited before it was ready: %v", p.Err())
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return "", "", fmt.Errorf("not ready after %v", timeout)
+		}
+	}
+}
+
+var (
+	fleetGVR  = schema.GroupVersionResource{Group: "agones.dev", Version: "v1", Resource: "fleets"}
+	gsGVR     = schema.GroupVersionResource{Group: "agones.dev", Version: "v1", Resource: "gameservers"}
+	policyGVR = schema.GroupVersionResource{Group: "multicluster.agones.dev", Version: "v1", Resource: "gameserverallocationpolicies"}
+)
+
+func (r *Rig) clients(c *Cluster) (kubernetes.Interface, dynamic.Interface, error) {
+	cs, err := c.Kube.Clientset()
+	if err != nil {
+		return nil, nil, err
+	}
+	dc, err := c.Kube.Dynamic()
+	return cs, dc, err
+}
+
+func (r *Rig) applyFleets(ctx context.Context, i int) error {
+	if r.dry {
+		return nil
+	}
+	c := r.Clusters[i]
+	cs, dc, err := r.clients(c)
+	if err != nil {
+		return err
+	}
+	ns := r.Topology.Spec.Namespace
+	if ns != "default" {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	for _, obj := range FleetObjects(r.Topology, i) {
+		if _, err := dc.Resource(fleetGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create Fleet %s: %w", obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// waitFleets waits until every fleet of the cluster has its replicas Ready.
+func (r *Rig) waitFleets(ctx context.Context, i int) error {
+	c := r.Clusters[i]
+	want := 0
+	for _, f := range r.Topology.Spec.Clusters[i].Fleets {
+		want += f.Replicas
+	}
+	_, dc, err := r.clients(c)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(r.opts.StartTimeout)
+	for {
+		list, err := dc.Resource(gsGVR).Namespace(r.Topology.Spec.Namespace).List(ctx, metav1.ListOptions{})
+		ready := 0
+		if err == nil {
+			for _, gs := range list.Items {
+				if st, _, _ := unstructured.NestedString(gs.Object, "status", "state"); st == "Ready" {
+					ready++
+				}
+			}
+			if ready >= want {
+				r.logf("cluster %q: %d game servers Ready", c.Name, ready)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fleets: %d of %d game servers Ready after %v (agent log: %s)", ready, want, r.opts.StartTimeout,
+				filepath.Join(r.Dir, c.Name, "agent.log"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// link starts a proxy from the callers to every allocator replica, and from
+// every cluster to every other's replicas.
+func (r *Rig) link() error {
+	if r.dry {
+		return nil
+	}
+	for _, to := range r.Clusters {
+		for n, rep := range to.Replicas {
+			if _, err := r.Proxies.Add(CallersName, to.Name, n, rep.GRPC, r.Topology.LinkBetween(CallersName, to.Name)); err != nil {
+				return err
+			}
+			for _, from := range r.Clusters {
+				if from == to {
+					continue
+				}
+				if _, err := r.Proxies.Add(from.Name, to.Name, n, rep.GRPC, r.Topology.LinkBetween(from.Name, to.Name)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// installPolicies writes cluster i's policies and connection Secrets: to
+// its API server, as a real cluster holds them, and to the allocators'
+// policies file.
+func (r *Rig) installPolicies(ctx context.Context, i int) error {
+	c := r.Clusters[i]
+	endpoints := map[string][]string{}
+	for _, to := range r.Clusters {
+		for _, l := range r.Proxies.Find(c.Name, to.Name) {
+			endpoints[to.Name] = append(endpoints[to.Name], l.Addr())
+		}
+	}
+	objs, err := PolicyObjects(r.Topology, c.Name, endpoints, r.Certs)
+	if err != nil {
+		return err
+	}
+	if err := writeManifests(r.policiesFile(c.Name), objs); err != nil {
+		return err
+	}
+	if r.dry {
+		return nil
+	}
+	_, dc, err := r.clients(c)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		gvr := policyGVR
+		if obj.GetKind() == "Secret" {
+			gvr = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+		}
+		if _, err := dc.Resource(gvr).Namespace(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// state is what `qm cluster down` needs to stop a rig whose owner is gone.
+type state struct {
+	OwnerPID int      `json:"ownerPID"`
+	Clusters []string `json:"clusters"` // their directories
+	QM       string   `json:"qm"`
+	Pids     []int    `json:"pids"`
+}
+
+const stateFile = "rig.json"
+
+func (r *Rig) writeState() error {
+	s := state{OwnerPID: os.Getpid(), QM: r.opts.QM}
+	for _, c := range r.Topology.Spec.Clusters {
+		s.Clusters = append(s.Clusters, filepath.Join(r.Dir, c.Name, "apiserver"))
+	}
+	r.mu.Lock()
+	for _, p := range r.procs {
+		s.Pids = append(s.Pids, p.p.Pid())
+	}
+	r.mu.Unlock()
+	b, _ := json.MarshalIndent(s, "", "  ")
+	return certs.WriteFileAtomic(filepath.Join(r.Dir, stateFile), b, 0o644)
+}
+
+// Stop stops every process and link of the rig and removes its directory.
+// It is safe to call more than once.
+func (r *Rig) Stop() error {
+	r.once.Do(func() {
+		var errs []error
+		r.Proxies.Close()
+		r.mu.Lock()
+		procs := r.procs
+		r.mu.Unlock()
+		// Allocators and agents first: they would log errors about the
+		// API servers going away.
+		var wg sync.WaitGroup
+		perr := make([]error, len(procs))
+		for i, p := range procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := p.p.Stop(10 * time.Second); err != nil {
+					perr[i] = fmt.Errorf("%s: %w", p.name, err)
+				}
+			}()
+		}
+		wg.Wait()
+		errs = append(errs, perr...)
+		errs = append(errs, kindcluster.StopAll(r.kube))
+		if err := os.RemoveAll(r.Dir); err != nil {
+			errs = append(errs, err)
+		}
+		r.err = errors.Join(errs...)
+	})
+	return r.err
+}
+
+// StopDir stops the rig in dir from another process: it asks the owner to
+// stop it (SIGTERM) and waits for the directory to go; if the owner is gone,
+// it stops the recorded processes and clusters itself.
+func StopDir(dir string, grace time.Duration) error {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no rig in %s (no %s)", dir, stateFile)
+	}
+	if err != nil {
+		return err
+	}
+	var s state
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
+	}
+	if s.OwnerPID != os.Getpid() && kindcluster.OwnerAlive(s.OwnerPID) {
+		_ = syscall.Kill(s.OwnerPID, syscall.SIGTERM)
+		deadline := time.Now().Add(grace + 60*time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	var errs []error
+	for _, pid := range s.Pids {
+		if err := kindcluster.StopProcess(pid, filepath.Base(s.QM), grace); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range s.Clusters {
+		if _, err := os.Stat(d); err == nil {
+			if err := kindcluster.StopDir(d, grace); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,415 @@
+package rig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/quartermaster-dev/quartermaster/scenarios"
+)
+
+// APIVersion and Kind identify a topology file.
+const (
+	APIVersion = "quartermaster.dev/v1alpha1"
+	Kind       = "Topology"
+)
+
+// Providers a topology can name.
+const (
+	ProviderLocal = "local"
+	ProviderKind  = "kind"
+)
+
+// CallersName is the end of a link that stands for the matchmaker (`qm
+// allocate`, `qm load`, the e2e suite).
+const CallersName = "callers"
+
+// Topology is one rig: clusters, their fleets and allocators, the policies
+// that route between them and the links that join them. Clusters, fleets and
+// policies are the scenario file's types, so one description serves the
+// simulator and a live rig.
+type Topology struct {
+	APIVersion string             `yaml:"apiVersion"`
+	Kind       string             `yaml:"kind"`
+	Metadata   scenarios.Metadata `yaml:"metadata"`
+	Spec       Spec               `yaml:"spec"`
+}
+
+// Spec is what to bring up.
+type Spec struct {
+	// Provider runs the clusters: local (etcd and kube-apiserver processes,
+	// the default) or kind.
+	Provider string `yaml:"provider,omitempty"`
+	// Namespace holds the fleets, policies and connection Secrets
+	// (default "default").
+	Namespace string              `yaml:"namespace,omitempty"`
+	Clusters  []scenarios.Cluster `yaml:"clusters"`
+	Policies  []scenarios.Policy  `yaml:"policies,omitempty"`
+	Links     Links               `yaml:"links,omitempty"`
+}
+
+// Links set the latency of every connection: from the callers to each
+// cluster's allocators, and from each cluster's allocators to another's.
+// A cluster's rtt (a constant, or a lognormal's median) sets the callers'
+// link to it when no override does: half of it each way.
+type Links struct {
+	Callers   Link           `yaml:"callers,omitempty"`
+	Clusters  Link           `yaml:"clusters,omitempty"`
+	Overrides []LinkOverride `yaml:"overrides,omitempty"`
+}
+
+// Link is a one-way latency with jitter, applied in both directions (so a
+// round trip costs twice the latency).
+type Link struct {
+	Latency scenarios.Duration `yaml:"latency,omitempty"`
+	Jitter  scenarios.Duration `yaml:"jitter,omitempty"`
+}
+
+// LinkOverride sets the link from one end to another: From is a cluster or
+// "callers", To a cluster.
+type LinkOverride struct {
+	From    string             `yaml:"from"`
+	To      string             `yaml:"to"`
+	Latency scenarios.Duration `yaml:"latency,omitempty"`
+	Jitter  scenarios.Duration `yaml:"jitter,omitempty"`
+}
+
+// Bounds that keep a rig on one machine.
+const (
+	maxClusters      = 8
+	maxReplicas      = 8
+	maxServersPerRig = 20_000
+	maxLatency       = 10 * time.Second
+	maxFileSize      = 1 << 20
+)
+
+// Load reads, decodes, defaults and validates the topology file at path. A
+// scenario file (kind: Scenario) is accepted too: its clusters and policies
+// describe the rig.
+func Load(path string) (*Topology, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Parse decodes a topology strictly (unknown fields are errors), applies
+// defaults and validates it.
+func Parse(data []byte) (*Topology, error) {
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("topology is %d bytes; the limit is %d", len(data), maxFileSize)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("topology is empty")
+	}
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+	}
+	if err := yaml.Unmarshal(data, &head); err != nil {
+		return nil, yamlError(err)
+	}
+	if head.APIVersion != APIVersion {
+		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, APIVersion)
+	}
+	var t Topology
+	switch head.Kind {
+	case Kind:
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&t); err != nil {
+			return nil, yamlError(err)
+		}
+	case scenarios.Kind:
+		s, err := scenarios.Parse(data)
+		if err != nil {
+			return nil, err
+		}
+		t = FromScenario(s)
+	default:
+		return nil, fmt.Errorf("kind: got %q, want %q (or %q)", head.Kind, Kind, scenarios.Kind)
+	}
+	t.Default()
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// FromScenario is the rig a scenario's clusters and policies describe.
+func FromScenario(s *scenarios.Scenario) Topology {
+	return Topology{
+		APIVersion: APIVersion,
+		Kind:       Kind,
+		Metadata:   s.Metadata,
+		Spec: Spec{
+			Clusters: s.Spec.Clusters,
+			Policies: s.Spec.Policies,
+		},
+	}
+}
+
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%s", strings.Join(te.Errors, "; "))
+	}
+	return err
+}
+
+// Default fills in what the file may leave out.
+func (t *Topology) Default() {
+	s := &t.Spec
+	if s.Provider == "" {
+		s.Provider = ProviderLocal
+	}
+	if s.Namespace == "" {
+		s.Namespace = "default"
+	}
+	for i := range s.Clusters {
+		c := &s.Clusters[i]
+		if c.Allocator.Replicas == nil {
+			one := 1
+			c.Allocator.Replicas = &one
+		}
+		if c.Nodes.Count == 0 {
+			c.Nodes.Count = 10
+		}
+		if c.Nodes.Slots == 0 {
+			c.Nodes.Slots = 20
+		}
+		for j := range c.Fleets {
+			if c.Fleets[j].Scheduling == "" {
+				c.Fleets[j].Scheduling = "Packed"
+			}
+		}
+	}
+	for i := range s.Policies {
+		if s.Policies[i].Weight == nil {
+			one := 1
+			s.Policies[i].Weight = &one
+		}
+	}
+}
+
+// FieldError is one problem, by its path in the file.
+type FieldError struct {
+	Path, Reason string
+}
+
+// ValidationError lists every problem with a topology.
+type ValidationError struct {
+	Errors []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Errors))
+	for i, fe := range e.Errors {
+		parts[i] = fe.Path + ": " + fe.Reason
+	}
+	return "invalid topology: " + strings.Join(parts, "; ")
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// Validate checks the topology and names every problem.
+func (t *Topology) Validate() error {
+	var errs []FieldError
+	add := func(path, format string, args ...any) {
+		errs = append(errs, FieldError{path, fmt.Sprintf(format, args...)})
+	}
+	s := &t.Spec
+	if s.Provider != ProviderLocal && s.Provider != ProviderKind {
+		add("spec.provider", "must be %s or %s, not %q", ProviderLocal, ProviderKind, s.Provider)
+	}
+	if !dnsLabel.MatchString(s.Namespace) {
+		add("spec.namespace", "%q is not a Kubernetes namespace name", s.Namespace)
+	}
+	if len(s.Clusters) == 0 {
+		add("spec.clusters", "at least one cluster is needed")
+	}
+	if len(s.Clusters) > maxClusters {
+		add("spec.clusters", "at most %d clusters fit on one machine, got %d", maxClusters, len(s.Clusters))
+	}
+	clusters := map[string]bool{}
+	servers := 0
+	for i, c := range s.Clusters {
+		p := fmt.Sprintf("spec.clusters[%d]", i)
+		switch {
+		case !dnsLabel.MatchString(c.Name):
+			add(p+".name", "%q must be a DNS label (lower-case letters, digits, '-')", c.Name)
+		case c.Name == CallersName:
+			add(p+".name", "%q is reserved for the callers' end of a link", c.Name)
+		case clusters[c.Name]:
+			add(p+".name", "%q is used by another cluster", c.Name)
+		}
+		clusters[c.Name] = true
+		if r := *c.Allocator.Replicas; r < 1 || r > maxReplicas {
+			add(p+".allocator.replicas", "must be 1 to %d, got %d", maxReplicas, r)
+		}
+		if c.Nodes.Count < 1 || c.Nodes.Slots < 1 {
+			add(p+".nodes", "count and slots must be positive")
+		}
+		fleets := map[string]bool{}
+		for j, f := range c.Fleets {
+			fp := fmt.Sprintf("%s.fleets[%d]", p, j)
+			if !dnsLabel.MatchString(f.Name) {
+				add(fp+".name", "%q must be a DNS label", f.Name)
+			}
+			if fleets[f.Name] {
+				add(fp+".name", "%q is used by another fleet of this cluster", f.Name)
+			}
+			fleets[f.Name] = true
+			if f.Replicas < 0 {
+				add(fp+".replicas", "must not be negative")
+			}
+			servers += max(f.Replicas, 0)
+			if f.Scheduling != "Packed" && f.Scheduling != "Distributed" {
+				add(fp+".scheduling", "must be Packed or Distributed, not %q", f.Scheduling)
+			}
+			for _, k := range sortedKeys(f.Counters) {
+				if v := f.Counters[k].Capacity; k == "" || v < 0 {
+					add(fmt.Sprintf("%s.counters[%q]", fp, k), "needs a name and a capacity of at least 0")
+				}
+			}
+			for _, k := range sortedKeys(f.Lists) {
+				if v := f.Lists[k].Capacity; k == "" || v < 0 || v > 1000 {
+					add(fmt.Sprintf("%s.lists[%q]", fp, k), "needs a name and a capacity of 0 to 1000")
+				}
+			}
+		}
+	}
+	if servers > maxServersPerRig {
+		add("spec.clusters", "%d game servers in all; a rig on one machine holds at most %d (scale the fleets down)", servers, maxServersPerRig)
+	}
+	policies := map[string]bool{}
+	for i, p := range s.Policies {
+		pp := fmt.Sprintf("spec.policies[%d]", i)
+		if !dnsLabel.MatchString(p.Name) {
+			add(pp+".name", "%q must be a DNS label", p.Name)
+		}
+		if policies[p.Name] {
+			add(pp+".name", "%q is used by another policy", p.Name)
+		}
+		policies[p.Name] = true
+		if !clusters[p.ConnectionInfo.ClusterName] {
+			add(pp+".connectionInfo.clusterName", "%q is not one of the clusters (%s)", p.ConnectionInfo.ClusterName, strings.Join(sortedKeys(clusters), ", "))
+		}
+		if p.Priority < 0 {
+			add(pp+".priority", "must not be negative")
+		}
+		if *p.Weight < 0 {
+			add(pp+".weight", "must not be negative")
+		}
+	}
+	link := func(path string, l Link) {
+		if l.Latency < 0 || l.Latency.D() > maxLatency {
+			add(path+".latency", "must be 0 to %v", maxLatency)
+		}
+		if l.Jitter < 0 || l.Jitter > l.Latency {
+			add(path+".jitter", "must be 0 to the latency (%v)", l.Latency.D())
+		}
+	}
+	link("spec.links.callers", s.Links.Callers)
+	link("spec.links.clusters", s.Links.Clusters)
+	seen := map[[2]string]bool{}
+	for i, o := range s.Links.Overrides {
+		p := fmt.Sprintf("spec.links.overrides[%d]", i)
+		if o.From != CallersName && !clusters[o.From] {
+			add(p+".from", "%q is neither %q nor a cluster", o.From, CallersName)
+		}
+		if !clusters[o.To] {
+			add(p+".to", "%q is not a cluster", o.To)
+		}
+		if o.From == o.To {
+			add(p, "a link joins two different ends")
+		}
+		if seen[[2]string{o.From, o.To}] {
+			add(p, "the link %s -> %s is set twice", o.From, o.To)
+		}
+		seen[[2]string{o.From, o.To}] = true
+		link(p, Link{o.Latency, o.Jitter})
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &ValidationError{Errors: errs}
+}
+
+// LinkBetween is the link from one end ("callers" or a cluster) to a
+// cluster.
+func (t *Topology) LinkBetween(from, to string) Link {
+	for _, o := range t.Spec.Links.Overrides {
+		if o.From == from && o.To == to {
+			return Link{o.Latency, o.Jitter}
+		}
+	}
+	if from != CallersName {
+		return t.Spec.Links.Clusters
+	}
+	for _, c := range t.Spec.Clusters {
+		if c.Name != to || c.RTT == nil {
+			continue
+		}
+		switch {
+		case c.RTT.Constant != nil:
+			return Link{Latency: *c.RTT.Constant / 2}
+		case c.RTT.LogNormal != nil:
+			return Link{Latency: c.RTT.LogNormal.Median / 2, Jitter: (c.RTT.LogNormal.P99 - c.RTT.LogNormal.Median) / 4}
+		}
+	}
+	return t.Spec.Links.Callers
+}
+
+// NotModelled names what the topology describes that a live rig does not
+// reproduce (the simulator's models of API-server latency, informer delay,
+// decision time, costs, fleet buffers and start-up delays), so a run can
+// say so instead of differing silently.
+func (t *Topology) NotModelled() []string {
+	var out []string
+	for i, c := range t.Spec.Clusters {
+		p := fmt.Sprintf("spec.clusters[%d]", i)
+		if c.APIServer.WriteLatency != nil {
+			out = append(out, p+".apiServer.writeLatency: the rig's API server is real; its own latency applies")
+		}
+		if c.Allocator.InformerDelay != nil {
+			out = append(out, p+".allocator.informerDelay: the allocators' informers are real; their own delay applies")
+		}
+		if c.Allocator.DecisionTime != nil {
+			out = append(out, p+".allocator.decisionTime: the allocators are real; their own time applies")
+		}
+		if c.CostPerNodeHour != 0 {
+			out = append(out, p+".costPerNodeHour: a rig has no cost")
+		}
+		for j, f := range c.Fleets {
+			if f.Buffer != nil {
+				out = append(out, fmt.Sprintf("%s.fleets[%d].buffer: the rig's fleets have a fixed size", p, j))
+			}
+			if f.StartupDelay != nil {
+				out = append(out, fmt.Sprintf("%s.fleets[%d].startupDelay: the fleet agent's start-up delay applies", p, j))
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
