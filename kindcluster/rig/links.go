@@ -107,7 +107,9 @@ func (ls *Proxies) Close() {
 // allocator's own.
 func (l *Proxy) Addr() string { return l.addr }
 
-func (l *Proxy) String() string { return fmt.Sprintf("%s -> %s/%d (%s)", l.From, l.To, l.Replica, l.addr) }
+func (l *Proxy) String() string {
+	return fmt.Sprintf("%s -> %s/%d (%s)", l.From, l.To, l.Replica, l.addr)
+}
 
 // SetLatency sets the link's latency and jitter, each way.
 func (l *Proxy) SetLatency(lat Link) error {
