@@ -1,0 +1,554 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/loadgen"
+	"github.com/quartermaster-dev/quartermaster/scenarios"
+)
+
+func init() {
+	register(command{
+		name:    "load",
+		summary: "drive load at allocators (open or closed loop) and measure it honestly",
+		run:     runLoad,
+	})
+}
+
+const loadUsage = `usage: qm load [flags]
+       qm load merge [--out FILE] RESULT.json...
+
+Sends AllocationRequests to one or more allocators (Quartermaster's or
+Agones': only the Agones API is used) and reports throughput, errors by
+gRPC code and latency percentiles. In open loop (--rate) latency runs from
+each request's intended send time, so a server that stalls is charged for
+the queue it makes; in closed loop (--workers) each caller waits for its
+answer. Several --target flags take turns in short windows and are
+compared as ratios to the reference (--reference, default the first echo
+target, else the first target).
+
+  qm load --rate 1000 --duration 30s
+  qm load --workers 64 --duration 20s --target alloc=localhost:8443 --target echo=localhost:8443 --echo echo
+  qm load --rate poisson:500 --target grpc=localhost:8443 --target rest=rest://localhost:8443
+  qm load --scenario scenarios/burst-to-cloud.yaml --stream matchmaker --duration 1m
+  qm load --rate 2000 --duration 1m --out results.json --expect 'p99<50ms,successRate>=0.999'
+
+--rate takes RATE, constant:RATE, poisson:RATE, ramp:FROM:TO (over
+--duration) or steps:RATE@DURATION,... --duration is each target's measured
+time. With --release (the default) each allocated server is given back
+with Quartermaster's Release after --session; a target without Release
+(Agones) keeps its servers. Exit status 2 when an --expect threshold fails.
+
+flags:
+`
+
+// loadFlags are qm load's own flags (connection flags come from connFlags).
+type loadFlags struct {
+	targets, echoes               multiFlag
+	reference                     string
+	rate                          string
+	workers                       int
+	duration, warmup, window      time.Duration
+	session                       time.Duration
+	requests                      int64
+	maxInFlight, connections      int
+	seed                          uint64
+	release                       bool
+	out, expect, progress         string
+	requestFile, scenario, stream string
+	shard                         string
+	spin                          time.Duration
+	namespace, scheduling         string
+	labels, annotations, counters multiFlag
+	listAdd, listDel              multiFlag
+	sels                          selectorFlags
+}
+
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "merge" {
+		return runLoadMerge(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("qm load", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c connFlags
+	c.register(fs)
+	var f loadFlags
+	fs.Var(&f.targets, "target", "NAME=HOST:PORT, NAME=grpc://HOST:PORT or NAME=rest://HOST:PORT (repeatable; default: --addr)")
+	fs.Var(&f.echoes, "echo", "the target NAME calls the gRPC health check instead of Allocate: a ceiling on the same server, port and mTLS (repeatable)")
+	fs.StringVar(&f.reference, "reference", "", "target the ratios divide by (default: the first echo target, else the first)")
+	fs.StringVar(&f.rate, "rate", "", "open loop arrivals, per target: RATE, poisson:RATE, ramp:FROM:TO, steps:RATE@DUR,... (default 100)")
+	fs.IntVar(&f.workers, "workers", 0, "closed loop with this many callers per target (instead of --rate)")
+	fs.DurationVar(&f.duration, "duration", 0, "measured time per target (default 10s unless --requests or a steps schedule ends the run)")
+	fs.Int64Var(&f.requests, "requests", 0, "stop each target after this many requests")
+	fs.DurationVar(&f.warmup, "warmup", 0, "run each target this long first, not counted")
+	fs.DurationVar(&f.window, "window", time.Second, "length of each target's turn when several take turns")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 1024, "open loop: most requests outstanding per target; arrivals beyond wait, and count as not sent if their turn ends first")
+	fs.IntVar(&f.connections, "connections", 1, "connections per target")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed for Poisson arrivals and session lengths")
+	fs.BoolVar(&f.release, "release", true, "give allocated servers back with Release (Quartermaster targets) after --session")
+	fs.DurationVar(&f.session, "session", 0, "how long each allocation is held before Release (0: at once; a scenario's sessionLength when --scenario)")
+	fs.StringVar(&f.out, "out", "", "write the result as JSON to this file")
+	fs.StringVar(&f.expect, "expect", "", "thresholds that set the exit status, like 'p99<50ms,successRate>=0.999,ratio.throughput>=0.75'")
+	fs.StringVar(&f.progress, "progress", "auto", "progress lines on stderr: auto (when a terminal), always or never")
+	fs.StringVar(&f.requestFile, "request", "", "JSON AllocationRequest file (\"-\" for stdin) instead of the request flags")
+	fs.StringVar(&f.scenario, "scenario", "", "scenario file: take the rate, request and session lengths from its workload")
+	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
+	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
+	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
+	fs.StringVar(&f.namespace, "namespace", "", "namespace to allocate in (default: \"default\")")
+	fs.Var(selectorFlag{&f.sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
+	fs.Var(stateFlag{&f.sels}, "state", "Ready or Allocated: the game server state for the --selector just before it")
+	fs.StringVar(&f.scheduling, "scheduling", "Packed", "Packed or Distributed")
+	fs.Var(&f.labels, "label", "metadata label key=value to set on the allocated server (repeatable)")
+	fs.Var(&f.annotations, "annotation", "metadata annotation key=value to set (repeatable)")
+	fs.Var(&f.counters, "counter", "counter action NAME=Increment:N, NAME=Decrement:N or NAME=capacity:N (repeatable)")
+	fs.Var(&f.listAdd, "list-add", "list action NAME=VALUE (repeatable)")
+	fs.Var(&f.listDel, "list-delete", "list action NAME=VALUE (repeatable)")
+	usage, ok, err := parseFlags("load", loadUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	bad := func(format string, a ...any) error { return usageFail(stderr, "load", usage, format, a...) }
+
+	plan, err := planLoad(&c, &f, set)
+	if err != nil {
+		return bad("%v", err)
+	}
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return err
+	}
+
+	// Connect to every target first: a wrong address or certificate
+	// fails here, before any load, with the reason.
+	var targets []loadgen.Target
+	defer func() {
+		for _, t := range targets {
+			t.Caller.Close()
+		}
+	}()
+	for _, tc := range plan.cfg.Targets {
+		caller, err := loadgen.NewCaller(ctx, loadgen.Dial{Target: tc, TLS: tlsCfg, Connections: f.connections,
+			Request: plan.req, Sessions: f.release})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, loadgen.Target{Config: tc, Caller: caller})
+	}
+
+	progress := stderr
+	terminal := isTerminal(stderr)
+	switch f.progress {
+	case "never":
+		progress = nil
+	case "auto":
+		if !terminal {
+			progress = nil
+		}
+	}
+	plan.opt.Progress, plan.opt.Terminal = progress, terminal
+	if progress != nil {
+		fmt.Fprintf(stderr, "qm load: %s\n", plan.describe())
+	}
+	res, err := loadgen.Run(ctx, plan.cfg, targets, plan.opt)
+	if err != nil {
+		return err
+	}
+	pass := loadgen.Check(res, plan.thresholds)
+	if err := loadgen.WriteSummary(stdout, res); err != nil {
+		return err
+	}
+	if f.out != "" {
+		if err := writeResultFile(f.out, res); err != nil {
+			return err
+		}
+	}
+	if res.Interrupted {
+		fmt.Fprintln(stderr, "qm load: interrupted; the result covers the run until then")
+		return exitError{code: 130}
+	}
+	if !pass {
+		return exitError{code: 2}
+	}
+	return nil
+}
+
+// loadPlan is everything the flags decide, checked before connecting.
+type loadPlan struct {
+	cfg        loadgen.Config
+	opt        loadgen.Options
+	req        *allocation.AllocationRequest
+	thresholds []loadgen.Threshold
+}
+
+func (p *loadPlan) describe() string {
+	var names []string
+	for _, t := range p.cfg.Targets {
+		names = append(names, fmt.Sprintf("%s (%s %s %s)", t.Name, t.Call, t.Protocol, t.Addr))
+	}
+	how := "closed loop, " + strconv.Itoa(p.cfg.Workers) + " workers"
+	if p.cfg.Mode == "open" {
+		how = "open loop, " + p.cfg.Arrival
+	}
+	return how + " -> " + strings.Join(names, ", ")
+}
+
+// planLoad validates the flags, naming the one at fault.
+func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error) {
+	p := &loadPlan{}
+	if f.workers < 0 {
+		return nil, fmt.Errorf("--workers %d: want a positive number", f.workers)
+	}
+	if set["workers"] && f.workers == 0 {
+		return nil, errors.New("--workers 0: want a positive number")
+	}
+	if f.workers > 0 && set["rate"] {
+		return nil, errors.New("--rate (open loop) and --workers (closed loop) exclude each other")
+	}
+	if f.duration < 0 || f.warmup < 0 || f.session < 0 || f.spin < 0 {
+		return nil, errors.New("--duration, --warmup, --session and --spin must not be negative")
+	}
+	if f.window <= 0 {
+		return nil, fmt.Errorf("--window %v: want a positive duration", f.window)
+	}
+	if f.requests < 0 {
+		return nil, fmt.Errorf("--requests %d: want a positive number", f.requests)
+	}
+	if f.maxInFlight < 1 {
+		return nil, fmt.Errorf("--max-in-flight %d: want at least 1", f.maxInFlight)
+	}
+	if f.connections < 1 || f.connections > 1000 {
+		return nil, fmt.Errorf("--connections %d: want 1 to 1000", f.connections)
+	}
+	if c.timeout <= 0 {
+		return nil, fmt.Errorf("--timeout %v: want a positive duration", c.timeout)
+	}
+	switch f.progress {
+	case "auto", "always", "never":
+	default:
+		return nil, fmt.Errorf("--progress %q: want auto, always or never", f.progress)
+	}
+	share := 1.0
+	var shard *loadgen.Shard
+	if f.shard != "" {
+		i, n, ok := strings.Cut(f.shard, "/")
+		iv, err1 := strconv.Atoi(i)
+		nv, err2 := strconv.Atoi(n)
+		if !ok || err1 != nil || err2 != nil || nv < 1 || iv < 0 || iv >= nv {
+			return nil, fmt.Errorf("--shard %q: want I/N with 0 <= I < N, like 0/4", f.shard)
+		}
+		if f.workers > 0 {
+			return nil, errors.New("--shard splits an open-loop rate; with --workers give each generator its own worker count")
+		}
+		share, shard = 1/float64(nv), &loadgen.Shard{Index: iv, Count: nv}
+		f.seed += uint64(iv) * 0x9e3779b9 // each shard its own arrivals
+	}
+	ths, err := loadgen.ParseThresholds(f.expect)
+	if err != nil {
+		return nil, fmt.Errorf("--expect: %v", err)
+	}
+	p.thresholds = ths
+
+	// Targets.
+	proto := "grpc"
+	if c.rest {
+		proto = "rest"
+	}
+	specs := []string(f.targets)
+	if len(specs) == 0 {
+		specs = []string{c.addr}
+	}
+	seen := map[string]bool{}
+	var tcs []loadgen.TargetConfig
+	for _, s := range specs {
+		tc, err := loadgen.ParseTarget(s, proto)
+		if err != nil {
+			return nil, fmt.Errorf("--target: %v", err)
+		}
+		if seen[tc.Name] {
+			return nil, fmt.Errorf("--target: two targets are named %q", tc.Name)
+		}
+		seen[tc.Name] = true
+		tcs = append(tcs, tc)
+	}
+	for _, e := range f.echoes {
+		found := false
+		for i := range tcs {
+			if tcs[i].Name == e {
+				tcs[i].Call, found = "echo", true
+				if tcs[i].Protocol != "grpc" {
+					return nil, fmt.Errorf("--echo %s: the echo is the gRPC health check; the target is REST", e)
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--echo %q: no --target has that name", e)
+		}
+	}
+	ref := -1
+	if f.reference != "" {
+		for i, t := range tcs {
+			if t.Name == f.reference {
+				ref = i
+			}
+		}
+		if ref < 0 {
+			return nil, fmt.Errorf("--reference %q: no --target has that name", f.reference)
+		}
+	} else {
+		for i := len(tcs) - 1; i >= 0; i-- {
+			if tcs[i].Call == "echo" {
+				ref = i
+			}
+		}
+		if ref < 0 {
+			ref = 0
+		}
+	}
+
+	// The request and the schedule.
+	requestFlags := len(f.sels.list)+len(f.labels)+len(f.annotations)+len(f.counters)+len(f.listAdd)+len(f.listDel) > 0 || set["scheduling"]
+	source := "flags"
+	var newPacer func() loadgen.Pacer
+	arrival := ""
+	var sessionLength func() time.Duration
+	if f.session > 0 {
+		d := f.session
+		sessionLength = func() time.Duration { return d }
+	}
+	switch {
+	case f.scenario != "":
+		if f.requestFile != "" || requestFlags {
+			return nil, errors.New("--scenario gives the request: it cannot be combined with --request or the request flags")
+		}
+		if set["rate"] || f.workers > 0 {
+			return nil, errors.New("--scenario gives the rate: it cannot be combined with --rate or --workers")
+		}
+		sc, err := scenarios.Load(f.scenario)
+		if err != nil {
+			return nil, fmt.Errorf("--scenario: %v", err)
+		}
+		w, err := loadgen.ScenarioWorkload(sc, f.stream, f.seed, share)
+		if err != nil {
+			return nil, fmt.Errorf("--scenario %s: %v", f.scenario, err)
+		}
+		p.req, newPacer = w.Request, w.NewPacer
+		if !set["session"] {
+			sessionLength = w.SessionLength
+		}
+		if f.duration == 0 && f.requests == 0 {
+			f.duration = w.Duration
+		}
+		arrival = "scenario:" + sc.Metadata.Name + "/" + w.Stream
+		source = "scenario:" + f.scenario + "#" + w.Stream
+	case f.requestFile != "":
+		if requestFlags {
+			return nil, errors.New("--request cannot be combined with the request flags (only --namespace may override it)")
+		}
+		var b []byte
+		var err error
+		if f.requestFile == "-" {
+			b, err = io.ReadAll(io.LimitReader(os.Stdin, 16<<20))
+		} else {
+			b, err = os.ReadFile(f.requestFile)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--request: %v", err)
+		}
+		if p.req, err = wire.DecodeJSONRequest(b); err != nil {
+			return nil, fmt.Errorf("--request %s: %v", f.requestFile, err)
+		}
+		source = "file:" + f.requestFile
+	default:
+		var err error
+		p.req, err = buildRequest(f.namespace, f.sels.list, f.scheduling, f.labels, f.annotations, f.counters, f.listAdd, f.listDel)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if f.namespace != "" {
+		p.req.Namespace = f.namespace
+	}
+	if f.stream != "" && f.scenario == "" {
+		return nil, errors.New("--stream needs --scenario")
+	}
+
+	mode := "open"
+	if f.workers > 0 {
+		mode = "closed"
+	} else if newPacer == nil {
+		spec := f.rate
+		if spec == "" {
+			spec = "100"
+		}
+		// Parse once to check the spec (a ramp spans the duration, which
+		// may itself come from a steps schedule's length or the default).
+		span := f.duration
+		if span == 0 {
+			span = 10 * time.Second
+		}
+		pc, err := loadgen.ParseArrivalShare(spec, span, f.seed, share)
+		if err != nil {
+			return nil, fmt.Errorf("--rate: %v", err)
+		}
+		if l := loadgen.Length(pc); l > 0 && f.duration == 0 {
+			f.duration = l
+		}
+		if f.duration == 0 && f.requests == 0 {
+			f.duration = 10 * time.Second
+		}
+		arrival = spec
+		seed, dur := f.seed, f.duration
+		if dur == 0 {
+			dur = span
+		}
+		newPacer = func() loadgen.Pacer {
+			p, _ := loadgen.ParseArrivalShare(spec, dur, seed, share) // checked above
+			return p
+		}
+	}
+	if mode == "closed" && f.duration == 0 && f.requests == 0 {
+		f.duration = 10 * time.Second
+	}
+
+	p.cfg = loadgen.Config{
+		Mode:            mode,
+		Arrival:         arrival,
+		Seed:            f.seed,
+		Workers:         f.workers,
+		Connections:     f.connections,
+		DurationSeconds: f.duration.Seconds(),
+		Requests:        f.requests,
+		WarmupSeconds:   f.warmup.Seconds(),
+		TimeoutSeconds:  c.timeout.Seconds(),
+		Request:         source,
+		Release:         f.release,
+		Reference:       tcs[ref].Name,
+		Shard:           shard,
+		Targets:         tcs,
+	}
+	if mode == "open" {
+		p.cfg.MaxInFlight = f.maxInFlight
+	}
+	if len(tcs) > 1 {
+		p.cfg.WindowSeconds = f.window.Seconds()
+	}
+	p.opt = loadgen.Options{
+		Closed:        mode == "closed",
+		Workers:       f.workers,
+		NewPacer:      newPacer,
+		MaxInFlight:   f.maxInFlight,
+		Duration:      f.duration,
+		Requests:      f.requests,
+		Warmup:        f.warmup,
+		Window:        f.window,
+		Timeout:       c.timeout,
+		Release:       f.release,
+		SessionLength: sessionLength,
+		Reference:     ref,
+		Spin:          f.spin,
+	}
+	return p, nil
+}
+
+func writeResultFile(path string, res *loadgen.Result) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := loadgen.WriteResult(fh, res); err != nil {
+		fh.Close()
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := fh.Close(); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+const loadMergeUsage = `usage: qm load merge [--out FILE] [--expect THRESHOLDS] RESULT.json...
+
+Merges the results of generators that ran at the same time against the same
+targets (qm load --shard I/N): counts and rates add up, and the HDR
+histograms merge exactly, so the percentiles are those of every request.
+
+flags:
+`
+
+func runLoadMerge(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm load merge", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	out := fs.String("out", "", "write the merged result as JSON to this file")
+	expect := fs.String("expect", "", "thresholds that set the exit status, as for qm load")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, loadMergeUsage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return nil
+		}
+		return usageFail(stderr, "load merge", usage, "%v", err)
+	}
+	if fs.NArg() == 0 {
+		return usageFail(stderr, "load merge", usage, "no result files given")
+	}
+	ths, err := loadgen.ParseThresholds(*expect)
+	if err != nil {
+		return usageFail(stderr, "load merge", usage, "--expect: %v", err)
+	}
+	var results []*loadgen.Result
+	for _, name := range fs.Args() {
+		fh, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		r, err := loadgen.ReadResult(fh)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		results = append(results, r)
+	}
+	m, err := loadgen.Merge(results...)
+	if err != nil {
+		return err
+	}
+	pass := loadgen.Check(m, ths)
+	if err := loadgen.WriteSummary(stdout, m); err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := writeResultFile(*out, m); err != nil {
+			return err
+		}
+	}
+	if !pass {
+		return exitError{code: 2}
+	}
+	return nil
+}

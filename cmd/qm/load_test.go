@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quartermaster-dev/quartermaster/loadgen"
+)
+
+const loadFleets = `apiVersion: quartermaster.dev/v1alpha1
+kind: Fleets
+nodes: 4
+fleets:
+- name: big
+  replicas: 3000
+  labels: {mode: load}
+`
+
+// serveForLoad starts `qm serve` as a process of its own, as a user runs
+// it, and returns its addresses and certificate directory.
+func serveForLoad(t *testing.T) (addrs map[string]string, certsDir string) {
+	t.Helper()
+	state := t.TempDir()
+	fleets := filepath.Join(state, "fleets.yaml")
+	if err := os.WriteFile(fleets, []byte(loadFleets), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(state, "ready.json")
+	p := startQM(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--state-dir", state,
+		"--ready-file", ready, "--fleets", fleets, "--log-format", "json")
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil {
+			return addrs, filepath.Join(state, "certs")
+		}
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("qm serve exited: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("qm serve did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allocationsOK reads the server's own count of successful allocations.
+func allocationsOK(t *testing.T, httpAddr string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var n int64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "qm_allocator_allocations_total{") && strings.Contains(l, `code="OK"`) {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", l, err)
+			}
+			n += int64(v)
+		}
+	}
+	return n
+}
+
+func runLoadCmd(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err := commands["load"].run(context.Background(), args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+// qm load against a real qm serve process over mTLS: gRPC and REST
+// allocations and the health-check echo take turns; the counts agree with
+// the server's own metrics, every allocation is released, and the result
+// file reads back.
+func TestLoadAgainstServe(t *testing.T) {
+	addrs, certsDir := serveForLoad(t)
+	addr := addrs["grpc"]
+	out := filepath.Join(t.TempDir(), "result.json")
+	stdout, stderr, err := runLoadCmd(t, "--certs-dir", certsDir,
+		"--target", "grpc="+addr, "--target", "rest=rest://"+addr, "--target", "echo="+addr, "--echo", "echo",
+		"--rate", "150", "--duration", "1s", "--window", "250ms", "--selector", "mode=load",
+		"--out", out, "--expect", "successRate>=0.99,p99<2s,ratio.throughput>0.5")
+	if err != nil {
+		t.Fatalf("qm load: %v\n%s\n%s", err, stdout, stderr)
+	}
+	t.Logf("\n%s", stdout)
+	fh, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	res, err := loadgen.ReadResult(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Targets) != 3 || res.Config.Reference != "echo" || len(res.Ratios) != 2 {
+		t.Fatalf("targets %d, reference %q, ratios %d", len(res.Targets), res.Config.Reference, len(res.Ratios))
+	}
+	var allocated int64
+	for _, tr := range res.Targets {
+		if tr.Intended != 150 || tr.OK != tr.Sent || tr.OK < 140 || len(tr.Errors) != 0 {
+			t.Errorf("%s: intended %d sent %d ok %d errors %v", tr.Name, tr.Intended, tr.Sent, tr.OK, tr.Errors)
+		}
+		if tr.Call == "allocate" {
+			allocated += tr.OK
+			if tr.Released != tr.OK {
+				t.Errorf("%s: released %d of %d", tr.Name, tr.Released, tr.OK)
+			}
+		}
+	}
+	if got := allocationsOK(t, addrs["http"]); got != allocated {
+		t.Errorf("the server counted %d allocations, qm load %d", got, allocated)
+	}
+	// successRate and p99 for grpc and rest (the echo is not held to
+	// them), and ratio.throughput for each of the two ratios.
+	if len(res.Expectations) != 6 {
+		t.Errorf("expectations: %+v", res.Expectations)
+	}
+	for _, want := range []string{"grpc", "rest", "echo", "grpc / echo: throughput", "send lateness"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+
+	// A threshold that cannot hold sets exit status 2, and the merge of
+	// two results reads them back exactly.
+	_, _, err = runLoadCmd(t, "--certs-dir", certsDir, "--addr", addr, "--workers", "2", "--requests", "20",
+		"--selector", "mode=load", "--expect", "p99<1us")
+	if e, ok := err.(exitError); !ok || e.code != 2 {
+		t.Errorf("failed threshold: err %v, want exit status 2", err)
+	}
+	merged := filepath.Join(t.TempDir(), "merged.json")
+	var o, e bytes.Buffer
+	if err := commands["load"].run(context.Background(), []string{"merge", "--out", merged, out, out}, &o, &e); err != nil {
+		t.Fatalf("merge: %v %s", err, e.String())
+	}
+	mb, err := os.ReadFile(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := loadgen.ReadResult(bytes.NewReader(mb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Generators != 2 || m.Targets[0].OK != 2*res.Targets[0].OK || m.Targets[0].Latency.Count != 2*res.Targets[0].Latency.Count {
+		t.Errorf("merged: %d generators, ok %d (want %d)", m.Generators, m.Targets[0].OK, 2*res.Targets[0].OK)
+	}
+}
+
+func TestLoadRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	badReq := filepath.Join(dir, "bad.json")
+	os.WriteFile(badReq, []byte(`{"scheduling": "Sideways"}`), 0o644)
+	// A port nobody listens on, and a certificate directory with a
+	// client identity, so the run gets as far as connecting.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	var o, e bytes.Buffer
+	if err := commands["certs"].run(context.Background(), []string{"--dir", dir + "/certs", "--clients", "dev"}, &o, &e); err != nil {
+		t.Fatalf("certs: %v %s", err, e.String())
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--rate", "fast"}, 2, `--rate: "fast" is not a rate`},
+		{[]string{"--rate", "0"}, 2, "--rate: rate must be above 0"},
+		{[]string{"--rate", "steps:10"}, 2, "RATE@DURATION"},
+		{[]string{"--rate", "100", "--workers", "4"}, 2, "exclude each other"},
+		{[]string{"--workers", "0"}, 2, "--workers 0"},
+		{[]string{"--duration", "-1s"}, 2, "must not be negative"},
+		{[]string{"--duration", "soon"}, 2, "invalid value \"soon\" for flag -duration"},
+		{[]string{"--window", "0s"}, 2, "--window"},
+		{[]string{"--max-in-flight", "0"}, 2, "--max-in-flight"},
+		{[]string{"--connections", "0"}, 2, "--connections"},
+		{[]string{"--expect", "p99<50"}, 2, "--expect"},
+		{[]string{"--expect", "speed>1"}, 2, "unknown metric"},
+		{[]string{"--target", "a=nowhere"}, 2, "want HOST:PORT"},
+		{[]string{"--target", "a=x:1", "--target", "a=y:1"}, 2, `two targets are named "a"`},
+		{[]string{"--target", "a=x:1", "--echo", "b"}, 2, `--echo "b": no --target`},
+		{[]string{"--target", "a=rest://x:1", "--echo", "a"}, 2, "the target is REST"},
+		{[]string{"--reference", "zz"}, 2, `--reference "zz"`},
+		{[]string{"--request", badReq}, 2, "Sideways"},
+		{[]string{"--request", filepath.Join(dir, "missing.json")}, 2, "--request"},
+		{[]string{"--request", badReq, "--selector", "a=b"}, 2, "cannot be combined"},
+		{[]string{"--scenario", filepath.Join(dir, "missing.yaml")}, 2, "--scenario"},
+		{[]string{"--stream", "x"}, 2, "--stream needs --scenario"},
+		{[]string{"--shard", "4/4"}, 2, "--shard"},
+		{[]string{"--progress", "loud"}, 2, "--progress"},
+		{[]string{"stray"}, 2, "unexpected arguments"},
+		{[]string{"--certs-dir", dir + "/certs", "--identity", "nobody"}, 1, `no client certificate for identity "nobody"`},
+		{[]string{"--certs-dir", dir + "/certs", "--addr", closed}, 1, "cannot reach it"},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			start := time.Now()
+			var o, e bytes.Buffer
+			err := commands["load"].run(context.Background(), c.args, &o, &e)
+			code := 0
+			if ee, ok := err.(exitError); ok {
+				code = ee.code
+			} else if err != nil {
+				code = 1
+				e.WriteString(err.Error())
+			}
+			if code != c.code || !strings.Contains(e.String(), c.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, e.String(), c.code, c.want)
+			}
+			if o.Len() != 0 {
+				t.Errorf("wrote to stdout: %s", o.String())
+			}
+			if time.Since(start) > 12*time.Second {
+				t.Errorf("took %v to refuse", time.Since(start))
+			}
+		})
+	}
+}
