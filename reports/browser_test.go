@@ -61,7 +61,7 @@ func TestPageInBrowser(t *testing.T) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),
 		chromedp.NoSandbox, // tests run as root in CI, where Chromium's sandbox refuses to start
-		chromedp.WindowSize(1400, 1000),
+		chromedp.WindowSize(1400, 1500),
 		chromedp.Flag("disable-gpu", true),
 	)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)

@@ -165,7 +165,10 @@ func simSection(i int, in *SimInput) (section, error) {
 		mode = "live"
 	}
 	s := section{ID: fmt.Sprintf("sim-%d", i), Title: fmt.Sprintf("Scenario %s (%s)", in.Report.Scenario, mode),
-		Intro: fmt.Sprintf("%s, seed %d, %s of virtual time, %d requests; from %s.", strings.TrimSpace(in.Report.Description), res.Seed, res.Duration, res.Totals.Requests, in.File)}
+		Intro: fmt.Sprintf("Seed %d, %s of virtual time, %d requests; from %s.", res.Seed, res.Duration, res.Totals.Requests, in.File)}
+	if d := strings.TrimSpace(in.Report.Description); d != "" {
+		s.Intro = strings.ToUpper(d[:1]) + d[1:] + ". " + s.Intro
+	}
 	ser := res.Series
 	names := make([]string, 0, len(ser.Clusters))
 	for n := range ser.Clusters {
@@ -487,7 +490,7 @@ figure.plot .svg { flex: 0 1 620px; min-width: 320px; background: #fff; }
 figure.plot .numbers { flex: 1 1 320px; max-height: 26rem; overflow: auto; }
 figcaption { font-size: .85rem; color: #555; }
 table { border-collapse: collapse; font-size: .8rem; }
-th, td { border: 1px solid #ddd; padding: .2rem .45rem; text-align: left; max-width: 30rem; overflow-wrap: anywhere; }
+th, td { border: 1px solid #ddd; padding: .2rem .45rem; text-align: left; max-width: 30rem; overflow-wrap: break-word; }
 td.n { text-align: right; white-space: nowrap; }
 th { background: #f4f4f6; position: sticky; top: 0; }
 ul.fails li { color: #c62828; }

@@ -250,5 +250,11 @@ func ratioChart(rows []Row) (*plot.Plot, []int, error) {
 	p.Add(one)
 	p.NominalX(labels...)
 	p.Y.Min = 0
+	// Head room above the tallest bar or mark, for the legend.
+	top := 1.0
+	for k := range idx {
+		top = math.Max(top, math.Max(errs[k].Y+yerr[k].High, marks[k].Y))
+	}
+	p.Y.Max = top * 1.3
 	return p, idx, nil
 }
