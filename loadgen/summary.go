@@ -68,12 +68,16 @@ func WriteSummary(w io.Writer, r *Result) error {
 			fmt.Fprintf(ew, ", p50 %.2fx, p99 %.2fx\n", ra.P50, ra.P99)
 		}
 	}
-	fmt.Fprintln(ew)
-	var late []string
-	for _, t := range r.Targets {
-		late = append(late, fmt.Sprintf("%s p50 %s p99 %s", t.Name, fmtMs(t.SendLateness.P50Ms), fmtMs(t.SendLateness.P99Ms)))
+	if c.Mode == "open" {
+		// In closed loop a request goes when its caller is free: there is
+		// no schedule to be late for.
+		fmt.Fprintln(ew)
+		var late []string
+		for _, t := range r.Targets {
+			late = append(late, fmt.Sprintf("%s p50 %s p99 %s", t.Name, fmtMs(t.SendLateness.P50Ms), fmtMs(t.SendLateness.P99Ms)))
+		}
+		fmt.Fprintf(ew, "send lateness (the generator's own timing): %s\n", strings.Join(late, "; "))
 	}
-	fmt.Fprintf(ew, "send lateness (the generator's own timing): %s\n", strings.Join(late, "; "))
 	if len(r.Expectations) > 0 {
 		fmt.Fprintln(ew)
 		for _, e := range r.Expectations {

@@ -1,0 +1,19 @@
+# Load against a live allocator (loadgen/, `qm load`). `make test` runs the
+# loadgen tests; these targets measure by hand. mk/load.sh starts `qm serve`
+# as a process of its own on free loopback ports with a large in-memory
+# fleet, drives it with `qm load` from another process, and stops it.
+
+LOAD_WORKERS  ?= 64
+LOAD_DURATION ?= 8s
+LOAD_RATE     ?= 2000
+LOAD_OUT      ?= $(BIN)/load
+
+.PHONY: load-echo load-open
+
+## load-echo: allocations vs the health-check echo on the same server, port and mTLS, 64 callers, taking turns (issue 17's ratio, from outside).
+load-echo: build
+	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" echo --workers $(LOAD_WORKERS) --duration $(LOAD_DURATION)
+
+## load-open: open loop at LOAD_RATE/s, allocations vs echo, with latency from the intended send time.
+load-open: build
+	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" open --rate $(LOAD_RATE) --duration $(LOAD_DURATION)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Starts `qm serve` (memory backend, 250,000 Ready servers, development
+# certificates) on free loopback ports, runs `qm load` against it from this
+# shell's process tree, and stops the server. See mk/load.mk.
+# Usage: mk/load.sh path/to/qm OUTDIR NAME [qm load flags...]
+set -euo pipefail
+
+qm=${1:?usage: load.sh path/to/qm OUTDIR NAME [flags]}
+outdir=${2:?}
+name=${3:?}
+shift 3
+state=$(mktemp -d "${TMPDIR:-/tmp}/qm-load.XXXXXX")
+server_pid=
+
+cleanup() {
+	status=$?
+	if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+		kill -TERM "$server_pid" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$server_pid" 2>/dev/null || true
+	fi
+	if [[ $status -ne 0 && -f $state/server.log ]]; then
+		echo "--- server log ---" >&2
+		tail -n 20 "$state/server.log" >&2
+	fi
+	rm -rf "$state"
+	exit "$status"
+}
+trap cleanup EXIT INT TERM
+
+cat >"$state/fleets.yaml" <<'YAML'
+apiVersion: quartermaster.dev/v1alpha1
+kind: Fleets
+nodes: 1000
+fleets:
+- name: load
+  replicas: 250000
+  labels: {mode: load}
+YAML
+
+"$qm" serve --addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --state-dir "$state" \
+	--ready-file "$state/ready.json" --fleets "$state/fleets.yaml" >/dev/null 2>"$state/server.log" &
+server_pid=$!
+for _ in $(seq 300); do
+	[[ -s $state/ready.json ]] && break
+	kill -0 "$server_pid" 2>/dev/null || { echo "load: the server exited" >&2; exit 1; }
+	sleep 0.1
+done
+[[ -s $state/ready.json ]] || { echo "load: the server did not start in 30s" >&2; exit 1; }
+addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$state/ready.json")
+
+mkdir -p "$outdir"
+# The fleet is large enough that nothing needs releasing: every request is
+# a fresh allocation and the server does nothing else meanwhile.
+cmd=("$qm" load --certs-dir "$state/certs" --target "alloc=$addr" --target "echo=$addr" --echo echo
+	--selector mode=load --release=false --warmup 1s --window 1s --out "$outdir/$name.json" "$@")
+echo "+ ${cmd[*]}"
+"${cmd[@]}"
