@@ -41,6 +41,7 @@ const (
 //	    burst: 4000
 //	  ops:
 //	    admin: true
+//	    clientCA: ops-ca.crt    # only certificates from this CA file may be "ops"
 type LimitsConfig struct {
 	APIVersion string                    `json:"apiVersion"`
 	Kind       string                    `json:"kind"`
@@ -62,6 +63,29 @@ type IdentityLimits struct {
 	Burst             int     `json:"burst,omitempty"`
 	// Admin may list and release every identity's allocations.
 	Admin bool `json:"admin,omitempty"`
+	// ClientCA, when set, is the file in the client CA directory (a base
+	// name such as "ops-ca.crt") whose CA must have issued the identity's
+	// certificate: another trusted CA cannot mint it. On default it binds
+	// every identity not listed. Enforced by mtls.Server (see
+	// ClientCABindings).
+	ClientCA string `json:"clientCA,omitempty"`
+}
+
+// ClientCABindings returns the clientCA settings for
+// mtls.Server.SetClientCABindings: listed identities' files, and the
+// default's for everyone else.
+func (c *LimitsConfig) ClientCABindings() (byIdentity map[string]string, fallback string) {
+	if c == nil {
+		return nil, ""
+	}
+	byIdentity = map[string]string{}
+	for id, l := range c.Identities {
+		byIdentity[id] = l.ClientCA
+	}
+	if c.Default != nil {
+		fallback = c.Default.ClientCA
+	}
+	return byIdentity, fallback
 }
 
 // LoadLimits reads and validates a limits file.
@@ -156,6 +180,10 @@ func ParseLimits(data []byte) (*LimitsConfig, error) {
 		}
 		if l.Burst < 0 {
 			errs = append(errs, field+".burst: must not be negative")
+		}
+		if ca := l.ClientCA; ca != "" && (strings.ContainsAny(ca, `/\`) || strings.HasPrefix(ca, ".") ||
+			!(strings.HasSuffix(ca, ".crt") || strings.HasSuffix(ca, ".pem"))) {
+			errs = append(errs, fmt.Sprintf("%s.clientCA: %q is not the name of a *.crt or *.pem file in the client CA directory", field, ca))
 		}
 		for i, ns := range l.Namespaces {
 			if ns == "*" {

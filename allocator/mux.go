@@ -38,14 +38,20 @@ const (
 	http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 	// maxPeek bounds what the splitter buffers before deciding.
 	maxPeek = 64 << 10
-	// routeTimeout bounds the handshake and the peek: a client that
-	// connects and says nothing is dropped.
-	routeTimeout = 10 * time.Second
 )
+
+// routeTimeout bounds the handshake and the first bytes (the HTTP/2 preface,
+// or enough of them to see it is HTTP/1): a client that connects and says
+// nothing is dropped. It does not bound the wait for an HTTP/2 client's
+// first request: a gRPC channel connects before its first call and may sit
+// idle for as long as it likes, as it could on grpc-go's own port. (A var
+// for tests.)
+var routeTimeout = 10 * time.Second
 
 const (
 	frameHeaders      = 0x1
 	frameSettings     = 0x4
+	framePing         = 0x6
 	frameContinuation = 0x9
 	flagAck           = 0x1
 	flagEndHeaders    = 0x4
@@ -60,6 +66,7 @@ var emptySettings = []byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 type splitter struct {
 	ln      net.Listener
 	tls     *tls.Config // nil: plaintext (--insecure-disable-tls)
+	track   tracker     // nil: connections are not tracked
 	grpc    *chanListener
 	rest    *chanListener
 	log     *slog.Logger
@@ -69,10 +76,15 @@ type splitter struct {
 	closed  bool
 }
 
-func newSplitter(ln net.Listener, cfg *tls.Config, log *slog.Logger) *splitter {
+// tracker registers a connection with its TLS state, so that it can be
+// closed if its client CA is removed (mtls.Server.Track).
+type tracker func(c io.Closer, state *tls.ConnectionState) (untrack func())
+
+func newSplitter(ln net.Listener, cfg *tls.Config, track tracker, log *slog.Logger) *splitter {
 	return &splitter{
 		ln:      ln,
 		tls:     cfg,
+		track:   track,
 		grpc:    newChanListener(ln.Addr()),
 		rest:    newChanListener(ln.Addr()),
 		log:     log,
@@ -146,14 +158,19 @@ func (s *splitter) route(raw net.Conn) {
 		cs := tc.ConnectionState()
 		state, conn = &cs, tc
 	}
+	untrack := func() {}
+	if s.track != nil && state != nil {
+		untrack = s.track(conn, state)
+	}
 	isGRPC, peeked, injected, err := sniff(conn)
 	if err != nil {
 		s.log.Debug("connection dropped before its first request", "remote", raw.RemoteAddr().String(), "err", err)
+		untrack()
 		conn.Close()
 		return
 	}
 	_ = raw.SetDeadline(time.Time{})
-	pc := &peekedConn{Conn: conn, buf: peeked}
+	pc := &peekedConn{Conn: conn, buf: peeked, untrack: untrack}
 	var out net.Conn
 	var dst *chanListener
 	switch {
@@ -169,6 +186,7 @@ func (s *splitter) route(raw net.Conn) {
 		out, dst = rc, s.rest
 	}
 	if !dst.deliver(out) {
+		untrack()
 		conn.Close()
 	}
 }
@@ -194,6 +212,9 @@ func sniff(c net.Conn) (isGRPC bool, peeked []byte, injected bool, err error) {
 	if _, err := c.Write(emptySettings); err != nil {
 		return false, nil, false, err
 	}
+	// The preface came in time: from here the client may wait as long as
+	// it likes before its first request.
+	_ = c.SetDeadline(time.Time{})
 	pos := len(http2Preface)
 	var block []byte
 	inHeaders := false
@@ -215,6 +236,18 @@ func sniff(c net.Conn) (isGRPC bool, peeked []byte, injected bool, err error) {
 			}
 		}
 		payload := buf[pos+9 : pos+9+n]
+		if typ == framePing && flags&flagAck == 0 && n == 8 && !inHeaders {
+			// A client's keepalive while it waits to send its first
+			// request: answer it here (a client that hears nothing
+			// closes the connection) and keep it out of the replay, so
+			// the server the connection goes to does not answer again.
+			ack := append([]byte{0, 0, 8, framePing, flagAck, 0, 0, 0, 0}, payload...)
+			if _, err := c.Write(ack); err != nil {
+				return false, nil, true, err
+			}
+			buf = append(buf[:pos], buf[pos+9+n:]...)
+			continue
+		}
 		pos += 9 + n
 		switch {
 		case typ == frameHeaders && !inHeaders:
@@ -295,7 +328,16 @@ func isGRPCHeaders(block []byte) bool {
 // connection.
 type peekedConn struct {
 	net.Conn
-	buf []byte
+	buf     []byte
+	untrack func()
+}
+
+// Close ends the connection's tracking too.
+func (c *peekedConn) Close() error {
+	if c.untrack != nil {
+		c.untrack()
+	}
+	return c.Conn.Close()
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) {

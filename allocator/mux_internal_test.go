@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -18,6 +19,9 @@ type bytesConn struct {
 
 func (c *bytesConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
 func (c *bytesConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// SetDeadline: sniff lifts the routing deadline once the preface is in.
+func (c *bytesConn) SetDeadline(time.Time) error { return nil }
 
 // h2Start builds the start of an HTTP/2 connection: preface, SETTINGS, and
 // a HEADERS frame with the given content-type.
@@ -116,4 +120,46 @@ func FuzzSniff(f *testing.F) {
 		}
 		_, _ = io.ReadAll(&ackFilter{r: bytes.NewReader(in)})
 	})
+}
+
+// recordingConn reads a fixed input and keeps what is written.
+type recordingConn struct {
+	bytesConn
+	out bytes.Buffer
+}
+
+func (c *recordingConn) Write(p []byte) (int, error) { return c.out.Write(p) }
+
+// A client's keepalive PING while it waits to send its first request is
+// answered by the splitter and left out of what the server is replayed.
+func TestSniffAnswersPingBeforeFirstRequest(t *testing.T) {
+	start := h2Start(t, "application/grpc", false)
+	var ping bytes.Buffer
+	_ = http2.NewFramer(&ping, nil).WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8})
+	// Preface and SETTINGS, then the PING, then the rest (WINDOW_UPDATE
+	// and HEADERS).
+	head := len(http2Preface) + 9
+	in := append(append(append([]byte{}, start[:head]...), ping.Bytes()...), start[head:]...)
+	c := &recordingConn{bytesConn: bytesConn{r: bytes.NewReader(in)}}
+	isGRPC, peeked, _, err := sniff(c)
+	if err != nil || !isGRPC {
+		t.Fatalf("sniff: grpc %v, %v", isGRPC, err)
+	}
+	if !bytes.Equal(peeked, start) {
+		t.Errorf("replayed bytes keep the PING (or lost something): %d bytes, want %d", len(peeked), len(start))
+	}
+	fr := http2.NewFramer(nil, bytes.NewReader(c.out.Bytes()))
+	var acked bool
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() && p.Data == [8]byte{1, 2, 3, 4, 5, 6, 7, 8} {
+			acked = true
+		}
+	}
+	if !acked {
+		t.Errorf("no PING ACK with the client's payload among the frames written: % x", c.out.Bytes())
+	}
 }

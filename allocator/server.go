@@ -227,9 +227,9 @@ func (s *Server) Start() {
 			return s.rest.ServeTLS(s.restLn, "", "")
 		})
 	case s.opts.TLS.Mode() == mtls.ModeInsecureDisableTLS:
-		s.split = newSplitter(s.ln, nil, s.log)
+		s.split = newSplitter(s.ln, nil, nil, s.log)
 	default:
-		s.split = newSplitter(s.ln, s.opts.TLS.TLSConfig(), s.log)
+		s.split = newSplitter(s.ln, s.opts.TLS.TLSConfig(), s.opts.TLS.Track, s.log)
 	}
 	if s.split != nil {
 		go s.split.serve()

@@ -21,7 +21,24 @@ func (s *Server) Identify(ctx context.Context) (string, error) {
 	if s.opts.Mode != ModeMTLS {
 		return s.opts.DefaultIdentity, nil
 	}
-	return IdentityFromContext(ctx)
+	cs, ok := ConnectionStateFromContext(ctx)
+	if !ok {
+		return "", ErrNoTLS
+	}
+	return s.identifyState(cs)
+}
+
+// identifyState derives the identity of a verified connection and checks it
+// against the CAs trusted now and the identity's CA binding (trust.go).
+func (s *Server) identifyState(cs *tls.ConnectionState) (string, error) {
+	id, err := IdentityFromConnectionState(*cs)
+	if err != nil {
+		return "", err
+	}
+	if err := s.checkTrust(id, cs); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // IdentifyRequest is Identify for an HTTP request.
@@ -29,7 +46,10 @@ func (s *Server) IdentifyRequest(r *http.Request) (string, error) {
 	if s.opts.Mode != ModeMTLS {
 		return s.opts.DefaultIdentity, nil
 	}
-	return IdentityFromRequest(r)
+	if r.TLS == nil {
+		return "", ErrNoTLS
+	}
+	return s.identifyState(r.TLS)
 }
 
 // GRPCCredentials returns transport credentials for a grpc.Server that owns
@@ -39,7 +59,7 @@ func (s *Server) GRPCCredentials() credentials.TransportCredentials {
 	if s.opts.Mode == ModeInsecureDisableTLS {
 		return insecure.NewCredentials()
 	}
-	return credentials.NewTLS(s.TLSConfig())
+	return s.TrackingCredentials(credentials.NewTLS(s.TLSConfig()))
 }
 
 // UnaryServerInterceptor identifies every call (see Identify), refuses it

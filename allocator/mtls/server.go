@@ -70,6 +70,12 @@ type Server struct {
 	cert      *tls.Certificate
 	pool      *x509.CertPool
 	handshake *tls.Config // handed out by GetConfigForClient; rebuilt on change
+	trust     *trust      // the CAs of pool, by file (trust.go)
+	bind      *bindings   // identities tied to CA files; nil for none
+
+	// connMu guards conns, the open connections Track registered.
+	connMu sync.Mutex
+	conns  map[*tracked]struct{}
 
 	// Owned by Reload (under reloadMu), copied into status under mu.
 	certSeen, caSeen [sha256.Size]byte // digest of the last content examined
@@ -283,31 +289,49 @@ func (s *Server) reloadCA(initial bool) error {
 		return s.caErr
 	}
 	pool := x509.NewCertPool()
+	tr := newTrust()
 	n := 0
 	for i, f := range files {
 		found, err := addPEMCerts(pool, contents[i])
 		if err != nil {
 			return s.reject("client CAs", &s.caSeen, &s.caErr, d, fmt.Errorf("%s: %w", f, err), initial)
 		}
-		n += found
+		for _, c := range found {
+			tr.add(c, f)
+		}
+		n += len(found)
 	}
-	if n == 0 {
-		// An empty pool would refuse every caller. That is more likely a
-		// directory caught mid-update than an intent, so it is an error.
-		err := fmt.Errorf("no certificates in any *.crt or *.pem file in %s", s.opts.ClientCADir)
-		return s.reject("client CAs", &s.caSeen, &s.caErr, d, err, initial)
+	if n == 0 && initial {
+		// Starting with nobody trusted is a mistake in the setup, not an
+		// intent: say so rather than serve a port nobody can use.
+		return s.reject("client CAs", &s.caSeen, &s.caErr, d,
+			fmt.Errorf("no *.crt or *.pem file in %s", s.opts.ClientCADir), initial)
 	}
+	// Files that do not parse were refused above (a file caught half
+	// written keeps the old pool). A directory with no CA files left is
+	// different: someone removed them (a secret update is atomic), and
+	// keeping the old pool would keep trusting what was removed. So an
+	// empty directory trusts nobody, loudly.
 	s.mu.Lock()
 	s.pool = pool
+	s.trust = tr
 	s.handshake = s.newConfig(pool)
 	if !initial {
 		s.status.Reloads++
 	}
 	s.status.ClientCAs = n
+	bind := s.bind
 	s.mu.Unlock()
 	s.caSeen, s.caErr = d, nil
-	s.log.Info("mtls: trusting client CAs", "dir", s.opts.ClientCADir,
-		"files", files, "certificates", n, "initial", initial)
+	if n == 0 {
+		s.log.Error("mtls: the client CA directory holds no CA files: REFUSING EVERY CLIENT until one is added",
+			"dir", s.opts.ClientCADir)
+	} else {
+		s.log.Info("mtls: trusting client CAs", "dir", s.opts.ClientCADir,
+			"files", files, "certificates", n, "initial", initial)
+	}
+	s.closeUntrusted(tr)
+	s.warnMissingBindings(bind, tr)
 	return nil
 }
 
@@ -357,12 +381,12 @@ func readCADir(dir string) ([]string, [][]byte, error) {
 	return files, contents, nil
 }
 
-// addPEMCerts adds every CERTIFICATE block of data to pool. Blocks of other
-// types (a key kept in a .pem bundle) are skipped; anything that is not PEM
-// at all, or a certificate that does not parse, is an error, because it
-// usually means the file was caught half written.
-func addPEMCerts(pool *x509.CertPool, data []byte) (int, error) {
-	n := 0
+// addPEMCerts adds every CERTIFICATE block of data to pool and returns
+// them. Blocks of other types (a key kept in a .pem bundle) are skipped;
+// anything that is not PEM at all, or a certificate that does not parse, is
+// an error, because it usually means the file was caught half written.
+func addPEMCerts(pool *x509.CertPool, data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
 	rest := data
 	for {
 		var b *pem.Block
@@ -375,18 +399,18 @@ func addPEMCerts(pool *x509.CertPool, data []byte) (int, error) {
 		}
 		c, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
-			return n, err
+			return nil, err
 		}
 		pool.AddCert(c)
-		n++
+		out = append(out, c)
 	}
 	if len(bytes.TrimSpace(rest)) > 0 {
-		return n, errors.New("data that is not PEM")
+		return nil, errors.New("data that is not PEM")
 	}
-	if n == 0 {
-		return 0, errors.New("no certificate in file")
+	if len(out) == 0 {
+		return nil, errors.New("no certificate in file")
 	}
-	return n, nil
+	return out, nil
 }
 
 func readFile(path string) ([]byte, error) {

@@ -177,6 +177,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 			return err
 		}
 		limits = limitsFile.Config
+		tlsSrv.SetClientCABindings(limits.ClientCABindings())
 	}
 	seed := f.seed
 	if seed == 0 {
@@ -272,7 +273,10 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 
 	go tlsSrv.Run(runCtx)
 	if limitsFile != nil {
-		go limitsFile.Watch(runCtx, limitsPollInterval, log, svc.SetLimits)
+		go limitsFile.Watch(runCtx, limitsPollInterval, log, func(c *allocator.LimitsConfig) {
+			svc.SetLimits(c)
+			tlsSrv.SetClientCABindings(c.ClientCABindings())
+		})
 	}
 	srv.Start()
 
