@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -191,6 +192,31 @@ func Up(ctx context.Context, t *Topology, opts Options) (_ *Rig, err error) {
 		return nil, err
 	}
 
+	// The allocators' ports are chosen first, so the links, and the
+	// policies that name them, exist before the allocators start: an
+	// allocator then serves multi-cluster requests from its first one.
+	for i, c := range r.Clusters {
+		for range *t.Spec.Clusters[i].Allocator.Replicas {
+			addr := "127.0.0.1:0"
+			if !r.dry {
+				if addr, err = freeAddr(); err != nil {
+					return nil, err
+				}
+			}
+			c.Replicas = append(c.Replicas, Replica{GRPC: addr})
+		}
+	}
+	if !r.dry {
+		if err := r.link(); err != nil {
+			return nil, err
+		}
+		for i := range r.Clusters {
+			if err := r.installPolicies(ctx, i); err != nil {
+				return nil, fmt.Errorf("cluster %q: policies: %w", r.Clusters[i].Name, err)
+			}
+		}
+	}
+
 	// Each cluster's fleets, agent and allocators, concurrently.
 	errs := make([]error, len(r.Clusters))
 	var wg sync.WaitGroup
@@ -209,17 +235,6 @@ func Up(ctx context.Context, t *Topology, opts Options) (_ *Rig, err error) {
 	}
 	if err := r.writeState(); err != nil {
 		return nil, err
-	}
-	if r.dry {
-		return r, nil // links and policies need the allocators' addresses
-	}
-	if err := r.link(); err != nil {
-		return nil, err
-	}
-	for i := range r.Clusters {
-		if err := r.installPolicies(ctx, i); err != nil {
-			return nil, fmt.Errorf("cluster %q: policies: %w", r.Clusters[i].Name, err)
-		}
 	}
 	r.logf("rig %q is up", t.Metadata.Name)
 	return r, nil
@@ -282,18 +297,23 @@ func (r *Rig) startCluster(ctx context.Context, i int) error {
 	if _, err := r.start(c.Name+" fleet agent", agent); err != nil {
 		return err
 	}
-	// The policies file starts empty; installPolicies fills it once the
-	// links exist, and the allocators re-read it.
-	if err := os.WriteFile(r.policiesFile(c.Name), nil, 0o644); err != nil {
+	if r.dry {
+		// No links in a dry run: the allocators get an empty file.
+		if err := os.WriteFile(r.policiesFile(c.Name), nil, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(r.limitsFile(), []byte(rigLimits), 0o644); err != nil {
 		return err
 	}
 	replicas := *spec.Allocator.Replicas
 	for n := range replicas {
 		ready := filepath.Join(dir, fmt.Sprintf("allocator-%d.ready", n))
 		args := []string{"serve", "--backend", "kubernetes", "--kubeconfig", c.Kube.KubeconfigPath(),
-			"--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+			"--addr", c.Replicas[n].GRPC, "--http-addr", "127.0.0.1:0",
 			"--tls-dir", r.Certs.ServerDir(), "--client-ca-dir", r.Certs.ClientCADir(),
-			"--ready-file", ready, "--policies", r.policiesFile(c.Name), "--log-format", "json"}
+			"--ready-file", ready, "--policies", r.policiesFile(c.Name), "--cluster-name", c.Name,
+			"--limits", r.limitsFile(), "--log-format", "json"}
 		if replicas > 1 {
 			args = append(args, "--replicas", strconv.Itoa(replicas), "--replica-shard", strconv.Itoa(n))
 		}
@@ -304,19 +324,35 @@ func (r *Rig) startCluster(ctx context.Context, i int) error {
 		if err != nil {
 			return err
 		}
-		rep := Replica{Pid: p.Pid()}
+		rep := &c.Replicas[n]
+		rep.Pid = p.Pid()
 		if !r.dry {
 			if rep.GRPC, rep.HTTP, err = waitReady(ctx, ready, p, r.opts.StartTimeout); err != nil {
 				return fmt.Errorf("allocator %d: %w (log: %s)", n, err, filepath.Join(dir, fmt.Sprintf("allocator-%d.log", n)))
 			}
 		}
-		c.Replicas = append(c.Replicas, rep)
 	}
 	if r.dry {
 		return nil
 	}
 	return r.waitFleets(ctx, i)
 }
+
+// rigLimits let every identity allocate in any namespace and make the
+// callers' identity an admin, so a test (or an operator at the rig) can list
+// and release what the forwarders allocated in other clusters on its behalf.
+const rigLimits = `apiVersion: quartermaster.dev/v1alpha1
+kind: AllocatorLimits
+default: {namespaces: ["*"]}
+identities:
+  ` + CallerIdentity + `: {admin: true, namespaces: ["*"]}
+`
+
+func (r *Rig) limitsFile() string { return filepath.Join(r.Dir, "limits.yaml") }
+
+// PoliciesFile is the policies file cluster's allocators read (re-read when
+// it changes): a test may add to it.
+func (r *Rig) PoliciesFile(cluster string) string { return r.policiesFile(cluster) }
 
 func (r *Rig) policiesFile(cluster string) string {
 	return filepath.Join(r.Dir, cluster, "policies.yaml")
@@ -427,6 +463,16 @@ func (r *Rig) waitFleets(ctx context.Context, i int) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // link starts a proxy from the callers to every allocator replica, and from
