@@ -64,6 +64,10 @@ var (
 	ErrNotFound = errors.New("game server not found")
 	// ErrNotAllocated: the game server is not (or no longer) allocated.
 	ErrNotAllocated = errors.New("game server is not allocated")
+	// ErrStoreUnavailable: the store of record (the Kubernetes API server)
+	// could not be reached or is overloaded; nothing was written, and the
+	// caller may retry (Unavailable).
+	ErrStoreUnavailable = errors.New("the API server could not be reached; nothing was allocated")
 )
 
 // Committer writes one allocation decision to the store of record. It is

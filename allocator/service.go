@@ -329,6 +329,8 @@ func (s *Service) allocateStatus(err error, r *core.Request) error {
 			r.Namespace, len(r.Selectors))
 	case errors.Is(err, ErrContention):
 		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, ErrStoreUnavailable) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, core.ErrScanBudget):
 		return status.Errorf(codes.ResourceExhausted, "%v (%d selector(s) in namespace %q): narrow them with labels the servers carry, or use fewer",
 			err, len(r.Selectors), r.Namespace)
@@ -447,6 +449,8 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	case errors.Is(err, ErrContention):
 		// As for allocations: lost too many races; the caller may retry.
 		return nil, status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, ErrStoreUnavailable):
+		return nil, status.Error(codes.Unavailable, err.Error())
 	case err != nil:
 		return nil, status.Error(codes.Internal, err.Error())
 	}

@@ -319,7 +319,7 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 		b.forget(k, raw)
 		return nil, reconciled
 	default:
-		return nil, fmt.Errorf("updating gameserver %s/%s: %w", k.Namespace, k.Name, err)
+		return nil, storeError("updating", k, err)
 	}
 	b.noteRV(&b.writtenRV, updated.ResourceVersion)
 	b.rememberWritten(updated, false)
@@ -395,7 +395,7 @@ func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string)
 			return nil, allocator.ErrNotFound
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading gameserver %s/%s: %w", k.Namespace, k.Name, err)
+			return nil, storeError("reading", k, err)
 		}
 		gs, err := toCore(cur)
 		if err != nil {
@@ -416,11 +416,25 @@ func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string)
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("releasing gameserver %s/%s: %w", k.Namespace, k.Name, err)
+			return nil, storeError("releasing", k, err)
 		}
 		b.noteRV(&b.writtenRV, updated.ResourceVersion)
 		b.rememberWritten(updated, true)
 		return toCore(updated)
 	}
 	return nil, allocator.ErrContention
+}
+
+// storeError describes a failed API call on a GameServer. An API server
+// that cannot be reached (no answer, not a status from it) or answers that
+// it is overloaded or unavailable is allocator.ErrStoreUnavailable, which
+// callers see as Unavailable and may retry; any other answer stays as it is.
+func storeError(what string, k core.Key, err error) error {
+	var status apierrors.APIStatus
+	transient := !errors.As(err, &status) || apierrors.IsServiceUnavailable(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err)
+	if transient {
+		return fmt.Errorf("%s gameserver %s/%s: %w: %w", what, k.Namespace, k.Name, allocator.ErrStoreUnavailable, err)
+	}
+	return fmt.Errorf("%s gameserver %s/%s: %w", what, k.Namespace, k.Name, err)
 }

@@ -166,6 +166,64 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 		Expect(onAPI).To(Equal(names))
 	}, SpecTimeout(2*time.Minute))
 
+	It("fails no request while a cross-cluster Secret is rotated under load", Label("rotation"), func(ctx SpecContext) {
+		before, err := os.ReadFile(theRig.PoliciesFile("on-prem"))
+		Expect(err).NotTo(HaveOccurred())
+		for i := range 24 {
+			if i == 8 {
+				Expect(theRig.RotateSecrets(ctx, "on-prem")).To(Succeed())
+			}
+			resp, _, err := allocate(ctx, conns["on-prem"][0], multi("prefer-cloud"), 10*time.Second)
+			Expect(err).NotTo(HaveOccurred(), "request %d", i)
+			Expect(clusterOf("on-prem", resp)).To(Equal("cloud"), "request %d", i)
+			time.Sleep(250 * time.Millisecond) // the file is re-read every 2 s: requests on both sides of it
+		}
+		after, err := os.ReadFile(theRig.PoliciesFile("on-prem"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after).NotTo(Equal(before), "the Secret was not rotated")
+	}, SpecTimeout(time.Minute))
+
+	It("loses and duplicates nothing when a cluster's API server restarts mid-load", Label("restart"), func(ctx SpecContext) {
+		kube := theRig.Cluster("on-prem").Kube
+		restarted := make(chan error, 1)
+		var names []string
+		var failures []string
+		for i := range 25 {
+			if i == 8 {
+				go func() { restarted <- kube.RestartAPIServer(context.WithoutCancel(ctx)) }()
+			}
+			// On on-prem alone: a multi-cluster request would (rightly)
+			// go to the cloud while on-prem cannot write.
+			resp, _, err := allocate(ctx, conns["on-prem"][0], &allocation.AllocationRequest{
+				GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"game": "shooter"}}},
+			}, 10*time.Second)
+			if err != nil {
+				// An allocation may fail while the API server is away;
+				// it must say so, and nothing may be half done.
+				failures = append(failures, status.Code(err).String())
+				continue
+			}
+			names = append(names, resp.GetGameServerName())
+			time.Sleep(100 * time.Millisecond)
+		}
+		Expect(<-restarted).To(Succeed())
+		// A failure while the API server was away says so, and may be
+		// retried: never Internal.
+		for _, code := range failures {
+			Expect(code).To(BeElementOf(codes.Unavailable.String(), codes.DeadlineExceeded.String()))
+		}
+		GinkgoWriter.Printf("%d allocated, failures while the API server was away: %v\n", len(names), failures)
+		Expect(names).NotTo(BeEmpty())
+		Expect(slices.Compact(slices.Sorted(slices.Values(names)))).To(HaveLen(len(names)), "a server was given twice")
+		// Every answered allocation is on the API server, and nothing
+		// else is.
+		Eventually(func(ctx context.Context) []string {
+			got := allocatedOn(ctx, "on-prem")
+			sort.Strings(got)
+			return got
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Equal(slices.Sorted(slices.Values(names))))
+	}, SpecTimeout(3*time.Minute))
+
 	It("refuses a policy that points back at its own cluster instead of looping", Label("loop"), func(ctx SpecContext) {
 		// A route whose only policy sends on-prem's requests to on-prem's
 		// own address, as a remote: the forwarded call arrives where it

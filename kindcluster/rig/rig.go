@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -529,11 +530,44 @@ func (r *Rig) installPolicies(ctx context.Context, i int) error {
 		if obj.GetKind() == "Secret" {
 			gvr = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 		}
-		if _, err := dc.Resource(gvr).Namespace(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		res := dc.Resource(gvr).Namespace(obj.GetNamespace())
+		_, err := res.Create(ctx, obj, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var cur *unstructured.Unstructured
+			if cur, err = res.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
+				obj.SetResourceVersion(cur.GetResourceVersion())
+				_, err = res.Update(ctx, obj, metav1.UpdateOptions{})
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("write %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 	return nil
+}
+
+// RotateSecrets issues a new client certificate (new key) for the
+// identity cluster's allocators present to other clusters, and writes it
+// into that cluster's connection Secrets, on its API server and in its
+// allocators' policies file, as an operator rotating credentials would.
+func (r *Rig) RotateSecrets(ctx context.Context, cluster string) error {
+	i := slices.IndexFunc(r.Clusters, func(c *Cluster) bool { return c.Name == cluster })
+	if i < 0 {
+		return fmt.Errorf("no cluster %q", cluster)
+	}
+	ca, err := certs.LoadAuthority(r.Certs)
+	if err != nil {
+		return err
+	}
+	id := forwarderPrefix + cluster
+	kp, err := ca.IssueClient(id, certs.ValidFor(time.Now().Add(-time.Minute), 24*time.Hour))
+	if err != nil {
+		return err
+	}
+	if err := certs.WriteKeyPair(r.Certs.ClientDir(id), kp); err != nil {
+		return err
+	}
+	return r.installPolicies(ctx, i)
 }
 
 // state is what `qm cluster down` needs to stop a rig whose owner is gone.
