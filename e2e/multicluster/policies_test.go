@@ -25,8 +25,11 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 	It("burst-to-cloud: on-prem serves until it has no Ready server, then the cloud", Label("burst"), func(ctx SpecContext) {
 		var served []string
 		var names []string
+		start := time.Now()
+		defer func() { measured.spent(time.Since(start), "burst-to-cloud") }()
 		for i := range fleetSize + 5 {
-			resp, _, err := allocate(ctx, conns["on-prem"][0], multi("burst"), 10*time.Second)
+			resp, took, err := allocate(ctx, conns["on-prem"][0], multi("burst"), 10*time.Second)
+			measured.add("burst-to-cloud", took, err)
 			Expect(err).NotTo(HaveOccurred(), "request %d", i)
 			served = append(served, clusterOf("on-prem", resp))
 			names = append(names, resp.GetGameServerName())
@@ -59,12 +62,15 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 			Expect(l.Set(rig.FaultDown, true)).To(Succeed())
 		}
 		skippedBefore := metric(ctx, onPremHTTP, "qm_forward_tries_total", `cluster="cloud"`, `outcome="breaker_open"`)
+		start := time.Now()
 		for i := range 12 {
 			resp, took, err := allocate(ctx, entry, multi("prefer-cloud"), 5*time.Second)
+			measured.add("preference-link-down", took, err)
 			Expect(err).NotTo(HaveOccurred(), "request %d with the cloud's link down", i)
 			Expect(clusterOf("on-prem", resp)).To(Equal("on-prem"))
 			Expect(took).To(BeNumerically("<", 2*time.Second), "request %d waited on the dead link", i)
 		}
+		measured.spent(time.Since(start), "preference-link-down")
 		// The breaker, not luck, kept later requests off the dead link.
 		Expect(metric(ctx, onPremHTTP, "qm_forward_tries_total", `cluster="cloud"`, `outcome="breaker_open"`)).
 			To(BeNumerically(">", skippedBefore))
@@ -101,24 +107,29 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 			next <- i
 		}
 		close(next)
+		spreadStart := time.Now()
 		for range workers {
 			wg.Add(1)
 			go func() {
 				defer GinkgoRecover()
 				defer wg.Done()
 				for range next {
-					resp, _, err := allocate(ctx, conns["on-prem"][0], multi("spread"), 10*time.Second)
+					resp, took, err := allocate(ctx, conns["on-prem"][0], multi("spread"), 10*time.Second)
+					target := "spread"
 					mu.Lock()
 					if err != nil {
 						failed = append(failed, err)
 					} else {
 						count[clusterOf("on-prem", resp)]++
+						target = "spread->" + clusterOf("on-prem", resp)
 					}
 					mu.Unlock()
+					measured.add(target, took, err)
 				}
 			}()
 		}
 		wg.Wait()
+		measured.spent(time.Since(spreadStart), "spread->on-prem", "spread->cloud")
 		Expect(failed).To(BeEmpty())
 		share := float64(count["on-prem"]) / total
 		GinkgoWriter.Printf("on-prem %d, cloud %d: on-prem share %.3f\n", count["on-prem"], count["cloud"], share)

@@ -76,6 +76,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
+		if out := os.Getenv("QM_E2E_OUT"); out != "" {
+			Expect(measured.write(out)).To(Succeed())
+			GinkgoWriter.Printf("results: %s\n", out)
+		}
 		for _, cs := range conns {
 			for _, c := range cs {
 				c.Close()
