@@ -94,6 +94,7 @@ type Index struct {
 	// scan is what the current walk under the lock has left.
 	budget int
 	scan   budget
+	scans  uint64 // selectors that needed scanPick: rare for sane requests
 
 	// scratch space reused across allocations (guarded by mu)
 	heap  []cursor
@@ -1018,7 +1019,14 @@ func (ix *Index) choose(ctx context.Context, req *Request, sel *Selector, r *rng
 			}
 		}
 	}
-	fast := min(fastScanTests, ix.budget-*spent)
+	// A Packed spread collects its first spread (and, with shards, up to
+	// shardReach times more) matches under the lock: that is its usual
+	// cost, not a sign of rare matches.
+	fast := fastScanTests
+	if req.Scheduling == Packed && len(req.Priorities) == 0 && ix.spread > 1 {
+		fast += 2 * ix.spread * (1 + shardReach)
+	}
+	fast = min(fast, ix.budget-*spent)
 	ix.scan = budget{left: fast}
 	e := ix.pick(req, sel, g, r)
 	if ix.scan.left >= 0 {
@@ -1265,10 +1273,10 @@ func (ix *Index) pickPackedPriorities(g *group, sel *Selector, ps []Priority) *e
 	b := &ix.scan
 	size := 0
 	var best *entry
-	for gn := g.order.first(); gn != nil; gn = gn.next[0] {
-		if !b.take(1) {
-			return nil
-		}
+	// Only whether the tier is large matters, so the count stops there.
+	// It walks nodes, not servers: not charged to the scan's budget.
+	enough := max(prioIndexMinTier+1, (len(g.all)+7)/8)
+	for gn := g.order.first(); gn != nil && size < enough; gn = gn.next[0] {
 		if gn.allocated != tierA || gn.ready != tierR {
 			if size > 0 {
 				break

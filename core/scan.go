@@ -68,6 +68,7 @@ func (b *budget) take(n int) bool {
 // it keeps is checked again before it is returned. Without concurrent
 // changes it chooses exactly what the walk in order would.
 func (ix *Index) scanPick(ctx context.Context, req *Request, sel *Selector, g *group, r *rng, spent *int) (*entry, error) {
+	ix.scans++
 	st := sel.State
 	if st == "" {
 		st = StateReady

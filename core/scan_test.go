@@ -375,3 +375,44 @@ func TestNormalizeBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCommonRequestsNeedNoScan guards the fast path: on a fresh, uniform
+// fleet (every node alike, the hardest case for Packed's tiers) the
+// requests of the benchmarks, with and without priorities, spread and
+// shards, are settled by the walk under the lock, never by a scan.
+func TestCommonRequestsNeedNoScan(t *testing.T) {
+	for _, spread := range []int{1, 64} {
+		ix := NewIndex()
+		ix.SetPackedSpread(spread)
+		if spread > 1 {
+			ix.SetReplicaShard(1, 3)
+		}
+		for i := range 20_000 {
+			ix.Upsert(&GameServer{Namespace: "default", Name: fmt.Sprintf("gs-%06d", i), NodeName: fmt.Sprintf("node-%04d", i%2000),
+				State: StateReady, Labels: map[string]string{FleetLabel: fmt.Sprintf("f%d", i%10)},
+				Counters: map[string]Counter{"rooms": {Capacity: 10}}})
+		}
+		for _, s := range []Strategy{Packed, Distributed} {
+			for _, prio := range []bool{false, true} {
+				r := &Request{Scheduling: s, Selectors: []Selector{{
+					MatchLabels: map[string]string{FleetLabel: "f3"},
+					Counters:    map[string]CounterSelector{"rooms": {MinAvailable: 1}},
+				}}}
+				if prio {
+					r.Priorities = []Priority{{Type: PriorityCounter, Key: "rooms", Order: Descending}}
+				}
+				req := mustNormalize(t, r)
+				for i := range 200 {
+					res, err := ix.AllocateAndCommit(req, t0, uint64(i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					ix.Upsert(res.Previous)
+				}
+				if ix.scans != 0 {
+					t.Fatalf("spread %d, %v, priorities %v: %d selectors needed a scan", spread, s, prio, ix.scans)
+				}
+			}
+		}
+	}
+}
