@@ -48,6 +48,7 @@ The request comes from the flags, or from --request FILE (JSON, as for REST;
   qm allocate --selector mode=lobby --counter rooms=Increment:1
   qm allocate --rest --namespace ranked --selector region=eu --label match=42
   qm allocate --selector mode=lobby --state Allocated --selector mode=lobby
+  qm allocate --multicluster --policy-selector route=burst
 
 Credentials as in Agones' client example (--cert, --key, --cacert), or a
 directory made by 'qm serve'/'qm certs' with --certs-dir and --identity.
@@ -221,6 +222,9 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Var(&listAdd, "list-add", "list action NAME=VALUE: add VALUE to list NAME (repeatable)")
 	fs.Var(&listDel, "list-delete", "list action NAME=VALUE: delete VALUE from list NAME (repeatable)")
 	requestFile := fs.String("request", "", "JSON AllocationRequest file (\"-\" for stdin) instead of the request flags")
+	multiCluster := fs.Bool("multicluster", false, "set multiClusterSetting.enabled: the allocator tries the clusters of its GameServerAllocationPolicies")
+	var policySelector multiFlag
+	fs.Var(&policySelector, "policy-selector", "multiClusterSetting.policySelector matchLabels as key=value[,key=value...] (repeatable; implies --multicluster)")
 	usage, ok, err := parseFlags("allocate", allocateUsage, fs, args, stdout, stderr)
 	if !ok {
 		return err
@@ -255,6 +259,12 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 
+	if *multiCluster || len(policySelector) > 0 {
+		if err := setMultiCluster(req, policySelector); err != nil {
+			return usageFail(stderr, "allocate", usage, "%v", err)
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp := &allocation.AllocationResponse{}
@@ -273,6 +283,33 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	return printMessage(stdout, resp)
+}
+
+// setMultiCluster turns on multi-cluster allocation in req, with the
+// policy selector's labels from --policy-selector.
+func setMultiCluster(req *allocation.AllocationRequest, selectors multiFlag) error {
+	mc := req.GetMultiClusterSetting()
+	if mc == nil {
+		mc = &allocation.MultiClusterSetting{}
+		req.MultiClusterSetting = mc
+	}
+	mc.Enabled = true
+	for _, s := range selectors {
+		m, err := parsePairs(s, ",")
+		if err != nil {
+			return fmt.Errorf("--policy-selector: %v", err)
+		}
+		if mc.PolicySelector == nil {
+			mc.PolicySelector = &allocation.LabelSelector{MatchLabels: map[string]string{}}
+		}
+		if mc.PolicySelector.MatchLabels == nil {
+			mc.PolicySelector.MatchLabels = map[string]string{}
+		}
+		for k, v := range m {
+			mc.PolicySelector.MatchLabels[k] = v
+		}
+	}
+	return nil
 }
 
 // buildRequest makes an AllocationRequest from the flags.

@@ -72,6 +72,7 @@ type serveFlags struct {
 	replicaShard             string
 	replicas                 int
 	fleets, limits           string
+	multi                    multiClusterFlags
 	unallocated              string
 	logFormat, logLevel      string
 	seed                     uint64
@@ -105,6 +106,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.replicaShard, "replica-shard", "", "with --replicas: this replica's number (0..replicas-1), or \"hostname\" to take it from a StatefulSet pod name's ordinal suffix; replicas then prefer different servers within --packed-spread")
 	fs.IntVar(&f.replicas, "replicas", 0, "how many allocator replicas share the cluster (for --replica-shard)")
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
+	f.multi.register(fs)
 	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits), re-read every 2s so edits apply without a restart; without it every identity may allocate anywhere")
 	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -247,9 +249,17 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	if err := metrics.Register(reg); err != nil {
 		return err
 	}
+	fwd, err := f.multi.start(runCtx, log, reg, unallocated)
+	if err != nil {
+		return err
+	}
+	if fwd != nil {
+		defer fwd.Close()
+	}
 	svc, err := allocator.NewService(allocator.Options{
 		Backend: backend, Limits: limits, Logger: log, Metrics: metrics,
 		Seed: seed, UnallocatedCode: unallocated, Timeout: f.timeout,
+		MultiCluster: multiClusterOf(fwd),
 	})
 	if err != nil {
 		return err
