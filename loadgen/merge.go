@@ -69,6 +69,7 @@ func Merge(results ...*Result) (*Result, error) {
 				Throughput: div(t.Throughput, refT.Throughput),
 				P50:        div(t.Latency.P50Ms, refT.Latency.P50Ms),
 				P99:        div(t.Latency.P99Ms, refT.Latency.P99Ms)}
+			ra.ServerCPUPerRequest = div(t.ServerCPUPerRequestMicros, refT.ServerCPUPerRequestMicros)
 			// Rounds are per generator; all of them are kept.
 			for _, r := range results {
 				for _, x := range r.Ratios {
@@ -119,6 +120,7 @@ func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 		answered += t.OK
 		out.Released += t.Released
 		out.ReleaseErrors += t.ReleaseErrors
+		out.ServerCPUSeconds += t.ServerCPUSeconds
 		for c, n := range t.Errors {
 			if out.Errors == nil {
 				out.Errors = map[string]int64{}
@@ -163,6 +165,9 @@ func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 		out.SuccessRate = float64(out.OK) / float64(answered)
 	}
 	out.Latency, out.SendLateness = Summarize(hist), Summarize(late)
+	if out.ServerCPUSeconds > 0 && out.Latency.Count > 0 {
+		out.ServerCPUPerRequestMicros = out.ServerCPUSeconds * 1e6 / float64(out.Latency.Count)
+	}
 	out.Histogram, _ = EncodeHistogram(hist)
 	out.SendLatenessHistogram, _ = EncodeHistogram(late)
 	for s := range series {

@@ -176,6 +176,13 @@ type TargetResult struct {
 	// Series has one point per second of the measured run, by the
 	// second in which a request was meant to be sent.
 	Series []Point `json:"series"`
+
+	// ServerCPUSeconds is the CPU time (user + system) the server process
+	// used during this target's turns, answers included, when qm load was
+	// given its pid (--server-pid, same machine); ServerCPUPerRequestMicros
+	// divides it by the answered requests. Absent otherwise.
+	ServerCPUSeconds          float64 `json:"serverCPUSeconds,omitempty"`
+	ServerCPUPerRequestMicros float64 `json:"serverCPUPerRequestMicros,omitempty"`
 }
 
 // Latency summarises a latency histogram, in milliseconds.
@@ -228,6 +235,9 @@ type Ratio struct {
 	// P50 and P99 are latency ratios.
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
+	// ServerCPUPerRequest is the ratio of the server's CPU per answered
+	// request, when it was measured.
+	ServerCPUPerRequest float64 `json:"serverCPUPerRequest,omitempty"`
 }
 
 // Expectation is one --expect threshold, such as "p99<50ms".

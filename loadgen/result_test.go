@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,35 @@ func TestReadResultRefusesBadInput(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis, as a process may
+	// have; utime 250 and stime 50 ticks.
+	line := "4242 (qm (serve) x) S 1 4242 4242 0 -1 4194560 1234 0 0 0 250 50 0 0 20 0 12 0 100 0 0"
+	got, err := parseStatCPU(line)
+	if err != nil || got != 3*time.Second {
+		t.Errorf("parseStatCPU = %v, %v; want 3s", got, err)
+	}
+	for _, bad := range []string{"", "4242 qm S 1", "1 (x) S 1 2 3"} {
+		if _, err := parseStatCPU(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	probe, err := ProcCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := probe()
+	for x, deadline := 0, time.Now().Add(50*time.Millisecond); time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	b, err := probe()
+	if err != nil || b < a {
+		t.Errorf("our own CPU went from %v to %v (%v)", a, b, err)
+	}
+	if _, err := ProcCPU(-1); err == nil {
+		t.Error("ProcCPU(-1): no error")
 	}
 }

@@ -32,7 +32,9 @@ type Options struct {
 	NewPacer func() Pacer
 	// MaxInFlight bounds outstanding requests per target in open loop
 	// (default 1024). An arrival that finds it reached waits for a slot;
-	// what is still waiting when the turn ends is counted as not sent.
+	// what is still waiting when the turn's time is up is counted as not
+	// sent. (Arrivals merely late, because the generator fell behind, are
+	// sent, with their lateness in their latency.)
 	MaxInFlight int
 	// Duration is each target's measured time (with several targets the
 	// run takes that many times as long); Requests caps each target's
@@ -53,6 +55,9 @@ type Options struct {
 	SessionLength func() time.Duration
 	// Reference is the index of the target that ratios divide by.
 	Reference int
+	// ServerCPU, when set, reads the server process's CPU time so far; it
+	// is read around every turn and the difference charged to the target.
+	ServerCPU func() (time.Duration, error)
 	// Spin is how long before each arrival the open loop stops sleeping
 	// and waits in a yielding loop: 0 (the default) is cheap and up to
 	// 1 ms late; 1ms or so is punctual to microseconds but keeps most of a
@@ -91,13 +96,15 @@ type targetRun struct {
 	Target
 	pacer      Pacer
 	rec        *Recorder
-	n          uint64 // the next arrival of the schedule
-	active     time.Duration
+	n          uint64        // the next arrival of the schedule
+	active     time.Duration // wall time of its turns
+	sched      time.Duration // the turns' lengths as planned (Duration counts these)
 	dispatched int64
 	done       bool
 	sem        chan struct{}
 	wg         sync.WaitGroup
 	windows    []window
+	serverCPU  time.Duration
 	releasing  atomic.Bool
 	released   atomic.Int64
 	relErrors  atomic.Int64
@@ -162,7 +169,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 				tr.pacer = opt.NewPacer()
 			}
 			r.turn(ctx, tr, opt.Warmup, 0)
-			tr.n, tr.active, tr.dispatched, tr.done, tr.windows = 0, 0, 0, false, nil
+			tr.n, tr.active, tr.sched, tr.dispatched, tr.done, tr.windows = 0, 0, 0, 0, false, nil
 		}
 	}
 	for _, tr := range r.runs {
@@ -190,12 +197,12 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 			if len(r.runs) == 1 {
 				w = 24 * time.Hour // no one to take turns with
 			}
-			if opt.Duration > 0 && tr.active+w > opt.Duration {
-				w = opt.Duration - tr.active
+			if opt.Duration > 0 && tr.sched+w > opt.Duration {
+				w = opt.Duration - tr.sched
 			}
 			r.current.Store(int64(k))
 			r.turn(ctx, tr, w, round)
-			if opt.Duration > 0 && tr.active >= opt.Duration {
+			if opt.Duration > 0 && tr.sched >= opt.Duration {
 				tr.done = true
 			}
 		}
@@ -220,6 +227,12 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 	for _, tr := range r.runs {
 		t := tr.rec.Result(tr.Config)
 		t.Released, t.ReleaseErrors = tr.released.Load(), tr.relErrors.Load()
+		if tr.serverCPU > 0 {
+			t.ServerCPUSeconds = tr.serverCPU.Seconds()
+			if n := t.Latency.Count; n > 0 {
+				t.ServerCPUPerRequestMicros = float64(tr.serverCPU.Microseconds()) / float64(n)
+			}
+		}
 		res.Targets = append(res.Targets, t)
 	}
 	res.Ratios = r.ratios(res)
@@ -253,6 +266,13 @@ func (r *runner) addActive(rec *Recorder, from, to time.Time) {
 // its answers.
 func (r *runner) turn(ctx context.Context, tr *targetRun, w time.Duration, round int) {
 	before := tr.rec.Snapshot().OK
+	var cpu0 time.Duration
+	cpuOK := false
+	if r.opt.ServerCPU != nil {
+		var err error
+		cpu0, err = r.opt.ServerCPU()
+		cpuOK = err == nil // a failure shows as a missing figure
+	}
 	start := time.Now()
 	if r.first {
 		// The measured run starts with its first turn, to the
@@ -266,9 +286,23 @@ func (r *runner) turn(ctx context.Context, tr *targetRun, w time.Duration, round
 		from, to = r.openTurn(ctx, tr, w, start)
 	}
 	tr.wg.Wait()
+	if r.opt.ServerCPU != nil {
+		if cpu1, err := r.opt.ServerCPU(); err == nil && cpuOK {
+			tr.serverCPU += cpu1 - cpu0
+		}
+	}
 	act := to.Sub(from)
 	tr.active += act
-	r.addActive(tr.rec, from, to)
+	tr.sched += w
+	if end := from.Add(w); to.After(end) && end.After(from) {
+		// A turn that ran over (a generator behind its schedule, answers
+		// still coming) is charged to the last second it was meant for,
+		// so the series keeps one point per second of the schedule.
+		r.addActive(tr.rec, from, end)
+		tr.rec.Active(r.second(end.Add(-time.Nanosecond)), to.Sub(end))
+	} else {
+		r.addActive(tr.rec, from, to)
+	}
 	tr.windows = append(tr.windows, window{round: round, ok: tr.rec.Snapshot().OK - before, active: act})
 }
 
@@ -296,7 +330,7 @@ func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
 // openTurn sends the arrivals the target's schedule has between its
 // active time and w later. It returns the wall time the turn covered.
 func (r *runner) openTurn(ctx context.Context, tr *targetRun, w time.Duration, start time.Time) (time.Time, time.Time) {
-	base := tr.active
+	base := tr.sched
 	end := base + w
 	endWall := start.Add(w)
 	wallOf := func(d time.Duration) time.Time { return start.Add(d - base) }
@@ -317,12 +351,6 @@ func (r *runner) openTurn(ctx context.Context, tr *targetRun, w time.Duration, s
 		}
 		due := wallOf(d)
 		if !r.sleepUntil(ctx, due) {
-			break
-		}
-		// Behind the schedule past the turn's end (a slow generator, a
-		// full in-flight bound): the rest of this turn's arrivals are
-		// not sent, and counted so.
-		if time.Now().After(endWall) {
 			break
 		}
 		got := false
@@ -365,8 +393,12 @@ func (r *runner) openTurn(ctx context.Context, tr *targetRun, w time.Duration, s
 		// came earlier, so that wall time and active time agree.
 		r.sleepUntil(ctx, endWall)
 	}
+	// A generator that fell behind sends the turn's arrivals late (each
+	// charged from its due time) and the turn lasts until it is done, so
+	// its rates are per the time it really took; an interrupted turn
+	// lasts until the interruption.
 	to := time.Now()
-	if to.After(endWall) {
+	if ctx.Err() == nil && to.Before(endWall) {
 		to = endWall
 	}
 	return start, to
@@ -560,6 +592,7 @@ func (r *runner) ratios(res *Result) []Ratio {
 			Throughput: div(t.Throughput, refT.Throughput),
 			P50:        div(t.Latency.P50Ms, refT.Latency.P50Ms),
 			P99:        div(t.Latency.P99Ms, refT.Latency.P99Ms)}
+		ra.ServerCPUPerRequest = div(t.ServerCPUPerRequestMicros, refT.ServerCPUPerRequestMicros)
 		rates := func(ws []window) map[int]float64 {
 			m := map[int]float64{}
 			for _, w := range ws {

@@ -54,6 +54,9 @@ func WriteSummary(w io.Writer, r *Result) error {
 			}
 			fmt.Fprintf(ew, "errors %s: %s\n", t.Name, strings.Join(parts, ", "))
 		}
+		if t.ServerCPUSeconds > 0 {
+			fmt.Fprintf(ew, "server CPU %s: %.0fµs per request (%.2fs in its turns)\n", t.Name, t.ServerCPUPerRequestMicros, t.ServerCPUSeconds)
+		}
 		if t.Released > 0 || t.ReleaseErrors > 0 {
 			fmt.Fprintf(ew, "released %s: %d (%d failed)\n", t.Name, t.Released, t.ReleaseErrors)
 		}
@@ -65,7 +68,11 @@ func WriteSummary(w io.Writer, r *Result) error {
 			if len(ra.ThroughputRounds) > 0 {
 				fmt.Fprintf(ew, " (median of %d rounds %.2f)", len(ra.ThroughputRounds), ra.ThroughputMedian)
 			}
-			fmt.Fprintf(ew, ", p50 %.2fx, p99 %.2fx\n", ra.P50, ra.P99)
+			fmt.Fprintf(ew, ", p50 %.2fx, p99 %.2fx", ra.P50, ra.P99)
+			if ra.ServerCPUPerRequest > 0 {
+				fmt.Fprintf(ew, ", server CPU per request %.2fx", ra.ServerCPUPerRequest)
+			}
+			fmt.Fprintln(ew)
 		}
 	}
 	if c.Mode == "open" {

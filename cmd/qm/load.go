@@ -68,6 +68,7 @@ type loadFlags struct {
 	requestFile, scenario, stream string
 	shard                         string
 	spin                          time.Duration
+	serverPID                     int
 	namespace, scheduling         string
 	labels, annotations, counters multiFlag
 	listAdd, listDel              multiFlag
@@ -104,6 +105,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&f.scenario, "scenario", "", "scenario file: take the rate, request and session lengths from its workload")
 	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
 	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
+	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
 	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
 	fs.StringVar(&f.namespace, "namespace", "", "namespace to allocate in (default: \"default\")")
 	fs.Var(selectorFlag{&f.sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
@@ -159,6 +161,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	plan.opt.Progress, plan.opt.Terminal = progress, terminal
+	if f.serverPID != 0 {
+		probe, err := loadgen.ProcCPU(f.serverPID)
+		if err != nil {
+			return fmt.Errorf("--server-pid: %w", err)
+		}
+		plan.opt.ServerCPU = probe
+	}
 	if progress != nil {
 		fmt.Fprintf(stderr, "qm load: %s\n", plan.describe())
 	}

@@ -28,7 +28,7 @@ fleets:
 
 // serveForLoad starts `qm serve` as a process of its own, as a user runs
 // it, and returns its addresses and certificate directory.
-func serveForLoad(t *testing.T) (addrs map[string]string, certsDir string) {
+func serveForLoad(t *testing.T) (addrs map[string]string, certsDir string, pid int) {
 	t.Helper()
 	state := t.TempDir()
 	fleets := filepath.Join(state, "fleets.yaml")
@@ -40,7 +40,7 @@ func serveForLoad(t *testing.T) (addrs map[string]string, certsDir string) {
 		"--ready-file", ready, "--fleets", fleets, "--log-format", "json")
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &addrs) == nil {
-			return addrs, filepath.Join(state, "certs")
+			return addrs, filepath.Join(state, "certs"), p.cmd.Process.Pid
 		}
 		select {
 		case err := <-p.exited:
@@ -91,12 +91,12 @@ func runLoadCmd(t *testing.T, args ...string) (string, string, error) {
 // the server's own metrics, every allocation is released, and the result
 // file reads back.
 func TestLoadAgainstServe(t *testing.T) {
-	addrs, certsDir := serveForLoad(t)
+	addrs, certsDir, pid := serveForLoad(t)
 	addr := addrs["grpc"]
 	out := filepath.Join(t.TempDir(), "result.json")
 	stdout, stderr, err := runLoadCmd(t, "--certs-dir", certsDir,
 		"--target", "grpc="+addr, "--target", "rest=rest://"+addr, "--target", "echo="+addr, "--echo", "echo",
-		"--rate", "150", "--duration", "1s", "--window", "250ms", "--selector", "mode=load",
+		"--rate", "150", "--duration", "1s", "--window", "250ms", "--selector", "mode=load", "--server-pid", strconv.Itoa(pid),
 		"--out", out, "--expect", "successRate>=0.99,p99<2s,ratio.throughput>0.5")
 	if err != nil {
 		t.Fatalf("qm load: %v\n%s\n%s", err, stdout, stderr)
@@ -118,6 +118,9 @@ func TestLoadAgainstServe(t *testing.T) {
 	for _, tr := range res.Targets {
 		if tr.Intended != 150 || tr.OK != tr.Sent || tr.OK < 140 || len(tr.Errors) != 0 {
 			t.Errorf("%s: intended %d sent %d ok %d errors %v", tr.Name, tr.Intended, tr.Sent, tr.OK, tr.Errors)
+		}
+		if tr.ServerCPUSeconds <= 0 || tr.ServerCPUPerRequestMicros <= 0 {
+			t.Errorf("%s: no server CPU charged", tr.Name)
 		}
 		if tr.Call == "allocate" {
 			allocated += tr.OK
