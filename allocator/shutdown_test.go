@@ -22,7 +22,7 @@ kind: Fleets
 nodes: 8
 fleets:
 - name: big
-  replicas: 6000
+  replicas: 60000
 `
 
 // Under load from gRPC and REST callers, a SIGTERM-style Shutdown fails no
