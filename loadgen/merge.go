@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
@@ -17,6 +18,9 @@ import (
 func Merge(results ...*Result) (*Result, error) {
 	if len(results) == 0 {
 		return nil, errors.New("nothing to merge")
+	}
+	if err := checkShards(results); err != nil {
+		return nil, err
 	}
 	first := results[0]
 	out := &Result{APIVersion: APIVersion, Kind: Kind, Config: first.Config, Start: first.Start}
@@ -83,6 +87,47 @@ func Merge(results ...*Result) (*Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkShards refuses a set of shard results that is not one whole load:
+// a shard twice (the same file given twice, or a generator run again)
+// would count its requests twice, and a missing one would pass off part of
+// the load as all of it.
+func checkShards(results []*Result) error {
+	first := results[0].Config.Shard
+	if first == nil {
+		for i, r := range results {
+			if r.Config.Shard != nil {
+				return fmt.Errorf("result %d is shard %d/%d and result 0 is not a shard", i, r.Config.Shard.Index, r.Config.Shard.Count)
+			}
+		}
+		return nil
+	}
+	seen := make([]bool, first.Count)
+	for i, r := range results {
+		s := r.Config.Shard
+		switch {
+		case s == nil:
+			return fmt.Errorf("result %d is not a shard and result 0 is shard %d/%d", i, first.Index, first.Count)
+		case s.Count != first.Count:
+			return fmt.Errorf("result %d is shard %d/%d and result 0 is shard %d/%d: a load split %d and %d ways", i, s.Index, s.Count, first.Index, first.Count, first.Count, s.Count)
+		case s.Index < 0 || s.Index >= s.Count:
+			return fmt.Errorf("result %d: shard %d/%d is out of range", i, s.Index, s.Count)
+		case seen[s.Index]:
+			return fmt.Errorf("shard %d/%d is given twice (result %d)", s.Index, s.Count, i)
+		}
+		seen[s.Index] = true
+	}
+	var missing []string
+	for i, ok := range seen {
+		if !ok {
+			missing = append(missing, fmt.Sprintf("%d/%d", i, first.Count))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("shards %s are missing: the merge would be part of the load", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 func findTarget(r *Result, name string) (TargetResult, bool) {

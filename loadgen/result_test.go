@@ -93,3 +93,45 @@ func TestParseStatCPU(t *testing.T) {
 		t.Error("ProcCPU(-1): no error")
 	}
 }
+
+// Shard results merge only as one whole load: every shard of the same N
+// once.
+func TestMergeChecksShards(t *testing.T) {
+	part := func(i, n int) *Result {
+		h := NewHistogram()
+		record(h, time.Millisecond)
+		enc, err := EncodeHistogram(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Result{APIVersion: APIVersion, Kind: Kind, Generators: 1,
+			Targets: []TargetResult{{TargetConfig: TargetConfig{Name: "a"}, OK: 10, Sent: 10, Histogram: enc, SendLatenessHistogram: enc}}}
+		if n > 0 {
+			r.Config.Shard = &Shard{Index: i, Count: n}
+		}
+		return r
+	}
+	m, err := Merge(part(0, 3), part(2, 3), part(1, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Generators != 3 || m.Targets[0].OK != 30 || m.Config.Shard != nil {
+		t.Errorf("merged: %d generators, ok %d, shard %+v", m.Generators, m.Targets[0].OK, m.Config.Shard)
+	}
+	for _, c := range []struct {
+		name  string
+		parts []*Result
+		want  string
+	}{
+		{"twice", []*Result{part(0, 2), part(0, 2), part(1, 2)}, "shard 0/2 is given twice"},
+		{"missing", []*Result{part(0, 4), part(2, 4)}, "shards 1/4, 3/4 are missing"},
+		{"different N", []*Result{part(0, 2), part(1, 3)}, "split 2 and 3 ways"},
+		{"shard and not", []*Result{part(0, 0), part(0, 2)}, "result 0 is not a shard"},
+		{"not and shard", []*Result{part(0, 2), part(0, 0)}, "result 1 is not a shard"},
+		{"out of range", []*Result{part(5, 2)}, "out of range"},
+	} {
+		if _, err := Merge(c.parts...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
+		}
+	}
+}

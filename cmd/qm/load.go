@@ -79,43 +79,9 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) > 0 && args[0] == "merge" {
 		return runLoadMerge(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("qm load", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	var c connFlags
-	c.register(fs)
 	var f loadFlags
-	fs.Var(&f.targets, "target", "NAME=HOST:PORT, NAME=grpc://HOST:PORT or NAME=rest://HOST:PORT (repeatable; default: --addr)")
-	fs.Var(&f.echoes, "echo", "the target NAME calls the gRPC health check instead of Allocate: a ceiling on the same server, port and mTLS (repeatable)")
-	fs.StringVar(&f.reference, "reference", "", "target the ratios divide by (default: the first echo target, else the first)")
-	fs.StringVar(&f.rate, "rate", "", "open loop arrivals, per target: RATE, poisson:RATE, ramp:FROM:TO, steps:RATE@DUR,... (default 100)")
-	fs.IntVar(&f.workers, "workers", 0, "closed loop with this many callers per target (instead of --rate)")
-	fs.DurationVar(&f.duration, "duration", 0, "measured time per target (default 10s unless --requests or a steps schedule ends the run)")
-	fs.Int64Var(&f.requests, "requests", 0, "stop each target after this many requests")
-	fs.DurationVar(&f.warmup, "warmup", 0, "run each target this long first, not counted")
-	fs.DurationVar(&f.window, "window", time.Second, "length of each target's turn when several take turns")
-	fs.IntVar(&f.maxInFlight, "max-in-flight", 1024, "open loop: most requests outstanding per target; arrivals beyond wait, and count as not sent if their turn ends first")
-	fs.IntVar(&f.connections, "connections", 1, "connections per target")
-	fs.Uint64Var(&f.seed, "seed", 1, "seed for Poisson arrivals and session lengths")
-	fs.BoolVar(&f.release, "release", true, "give allocated servers back with Release (Quartermaster targets) after --session")
-	fs.DurationVar(&f.session, "session", 0, "how long each allocation is held before Release (0: at once; a scenario's sessionLength when --scenario)")
-	fs.StringVar(&f.out, "out", "", "write the result as JSON to this file")
-	fs.StringVar(&f.expect, "expect", "", "thresholds that set the exit status, like 'p99<50ms,successRate>=0.999,ratio.throughput>=0.75'")
-	fs.StringVar(&f.progress, "progress", "auto", "progress lines on stderr: auto (when a terminal), always or never")
-	fs.StringVar(&f.requestFile, "request", "", "JSON AllocationRequest file (\"-\" for stdin) instead of the request flags")
-	fs.StringVar(&f.scenario, "scenario", "", "scenario file: take the rate, request and session lengths from its workload")
-	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
-	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
-	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
-	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
-	fs.StringVar(&f.namespace, "namespace", "", "namespace to allocate in (default: \"default\")")
-	fs.Var(selectorFlag{&f.sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
-	fs.Var(stateFlag{&f.sels}, "state", "Ready or Allocated: the game server state for the --selector just before it")
-	fs.StringVar(&f.scheduling, "scheduling", "Packed", "Packed or Distributed")
-	fs.Var(&f.labels, "label", "metadata label key=value to set on the allocated server (repeatable)")
-	fs.Var(&f.annotations, "annotation", "metadata annotation key=value to set (repeatable)")
-	fs.Var(&f.counters, "counter", "counter action NAME=Increment:N, NAME=Decrement:N or NAME=capacity:N (repeatable)")
-	fs.Var(&f.listAdd, "list-add", "list action NAME=VALUE (repeatable)")
-	fs.Var(&f.listDel, "list-delete", "list action NAME=VALUE (repeatable)")
+	fs := loadFlagSet(&c, &f)
 	usage, ok, err := parseFlags("load", loadUsage, fs, args, stdout, stderr)
 	if !ok {
 		return err
@@ -176,12 +142,24 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	pass := loadgen.Check(res, plan.thresholds)
-	if err := loadgen.WriteSummary(stdout, res); err != nil {
-		return err
-	}
-	if f.out != "" {
-		if err := writeResultFile(f.out, res); err != nil {
+	if f.out == "-" {
+		// The result is what a Job's pod log is read for (deploy/loadgen.yaml):
+		// the document first and alone on stdout, the summary after it on
+		// stderr, so the log reads back as a result.
+		if err := loadgen.WriteResult(stdout, res); err != nil {
+			return fmt.Errorf("--out -: %w", err)
+		}
+		if err := loadgen.WriteSummary(stderr, res); err != nil {
 			return err
+		}
+	} else {
+		if err := loadgen.WriteSummary(stdout, res); err != nil {
+			return err
+		}
+		if f.out != "" {
+			if err := writeResultFile(f.out, res); err != nil {
+				return err
+			}
 		}
 	}
 	if res.Interrupted {
@@ -192,6 +170,47 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return exitError{code: 2}
 	}
 	return nil
+}
+
+// loadFlagSet declares qm load's flags (deploy/loadgen.yaml's tests parse
+// the Job's arguments with it too).
+func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("qm load", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.register(fs)
+	fs.Var(&f.targets, "target", "NAME=HOST:PORT, NAME=grpc://HOST:PORT or NAME=rest://HOST:PORT (repeatable; default: --addr)")
+	fs.Var(&f.echoes, "echo", "the target NAME calls the gRPC health check instead of Allocate: a ceiling on the same server, port and mTLS (repeatable)")
+	fs.StringVar(&f.reference, "reference", "", "target the ratios divide by (default: the first echo target, else the first)")
+	fs.StringVar(&f.rate, "rate", "", "open loop arrivals, per target: RATE, poisson:RATE, ramp:FROM:TO, steps:RATE@DUR,... (default 100)")
+	fs.IntVar(&f.workers, "workers", 0, "closed loop with this many callers per target (instead of --rate)")
+	fs.DurationVar(&f.duration, "duration", 0, "measured time per target (default 10s unless --requests or a steps schedule ends the run)")
+	fs.Int64Var(&f.requests, "requests", 0, "stop each target after this many requests")
+	fs.DurationVar(&f.warmup, "warmup", 0, "run each target this long first, not counted")
+	fs.DurationVar(&f.window, "window", time.Second, "length of each target's turn when several take turns")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 1024, "open loop: most requests outstanding per target; arrivals beyond wait, and count as not sent if their turn ends first")
+	fs.IntVar(&f.connections, "connections", 1, "connections per target")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed for Poisson arrivals and session lengths")
+	fs.BoolVar(&f.release, "release", true, "give allocated servers back with Release (Quartermaster targets) after --session")
+	fs.DurationVar(&f.session, "session", 0, "how long each allocation is held before Release (0: at once; a scenario's sessionLength when --scenario)")
+	fs.StringVar(&f.out, "out", "", "write the result as JSON to this file (\"-\": to stdout, with the summary on stderr)")
+	fs.StringVar(&f.expect, "expect", "", "thresholds that set the exit status, like 'p99<50ms,successRate>=0.999,ratio.throughput>=0.75'")
+	fs.StringVar(&f.progress, "progress", "auto", "progress lines on stderr: auto (when a terminal), always or never")
+	fs.StringVar(&f.requestFile, "request", "", "JSON AllocationRequest file (\"-\" for stdin) instead of the request flags")
+	fs.StringVar(&f.scenario, "scenario", "", "scenario file: take the rate, request and session lengths from its workload")
+	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
+	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
+	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
+	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
+	fs.StringVar(&f.namespace, "namespace", "", "namespace to allocate in (default: \"default\")")
+	fs.Var(selectorFlag{&f.sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
+	fs.Var(stateFlag{&f.sels}, "state", "Ready or Allocated: the game server state for the --selector just before it")
+	fs.StringVar(&f.scheduling, "scheduling", "Packed", "Packed or Distributed")
+	fs.Var(&f.labels, "label", "metadata label key=value to set on the allocated server (repeatable)")
+	fs.Var(&f.annotations, "annotation", "metadata annotation key=value to set (repeatable)")
+	fs.Var(&f.counters, "counter", "counter action NAME=Increment:N, NAME=Decrement:N or NAME=capacity:N (repeatable)")
+	fs.Var(&f.listAdd, "list-add", "list action NAME=VALUE (repeatable)")
+	fs.Var(&f.listDel, "list-delete", "list action NAME=VALUE (repeatable)")
+	return fs
 }
 
 // loadPlan is everything the flags decide, checked before connecting.

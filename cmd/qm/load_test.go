@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/quartermaster-dev/quartermaster/loadgen"
 )
@@ -150,6 +154,19 @@ func TestLoadAgainstServe(t *testing.T) {
 	if e, ok := err.(exitError); !ok || e.code != 2 {
 		t.Errorf("failed threshold: err %v, want exit status 2", err)
 	}
+	// --out -: the result alone on stdout (a Job's pod log), the summary
+	// on stderr after it.
+	stdout, stderr, err = runLoadCmd(t, "--certs-dir", certsDir, "--addr", addr, "--workers", "2", "--requests", "20",
+		"--selector", "mode=load", "--out", "-")
+	if err != nil {
+		t.Fatalf("--out -: %v\n%s", err, stderr)
+	}
+	if r, err := loadgen.ReadResult(strings.NewReader(stdout + stderr)); err != nil || r.Targets[0].OK != 20 {
+		t.Errorf("--out -: stdout then stderr does not read back as the result (%v)\n%s", err, stdout)
+	}
+	if !strings.Contains(stderr, "p99.9") || strings.Contains(stdout, "p99.9") {
+		t.Errorf("--out -: want the summary on stderr only; stderr:\n%s", stderr)
+	}
 	merged := filepath.Join(t.TempDir(), "merged.json")
 	var o, e bytes.Buffer
 	if err := commands["load"].run(context.Background(), []string{"merge", "--out", merged, out, out}, &o, &e); err != nil {
@@ -239,4 +256,148 @@ func TestLoadRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Ctrl-C in the middle of a run, as a user presses it at a qm load
+// process: it stops sending, writes the result so far marked interrupted,
+// exits 130, and leaves nothing behind: every server it allocated is
+// given back, and the server's count agrees with the partial result.
+func TestLoadInterruptWritesPartialResult(t *testing.T) {
+	addrs, certsDir, _ := serveForLoad(t)
+	out := filepath.Join(t.TempDir(), "partial.json")
+	p := startQM(t, "load", "--certs-dir", certsDir, "--addr", addrs["grpc"], "--selector", "mode=load",
+		"--rate", "200", "--duration", "1h", "--session", "1h", "--out", out)
+	for deadline := time.Now().Add(20 * time.Second); allocationsOK(t, addrs["http"]) < 50; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the load did not get going\n%s", p.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-p.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("qm load did not stop within 15s of Ctrl-C")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("exit %v (code %d), want 130\n%s", err, code, p.stderr.String())
+	}
+	if !strings.Contains(p.stderr.String(), "interrupted") {
+		t.Errorf("stderr does not say it was interrupted:\n%s", p.stderr.String())
+	}
+	fh, err := os.Open(out)
+	if err != nil {
+		t.Fatalf("no partial result: %v", err)
+	}
+	defer fh.Close()
+	res, err := loadgen.ReadResult(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Targets[0]
+	if !res.Interrupted || r.OK < 50 || res.DurationSeconds > 60 {
+		t.Errorf("interrupted %v, ok %d, duration %.1fs: want a partial result of the seconds before Ctrl-C", res.Interrupted, r.OK, res.DurationSeconds)
+	}
+	// The sessions were to be held for an hour: Ctrl-C gives them back
+	// at once rather than leave the fleet allocated.
+	if got := allocationsOK(t, addrs["http"]); got != r.OK || r.Released != r.OK {
+		t.Errorf("server counted %d allocations; the result has %d ok, %d released", got, r.OK, r.Released)
+	}
+}
+
+// deploy/loadgen.yaml's Indexed Job: every pod's arguments (its index put
+// in for $(JOB_COMPLETION_INDEX), as Kubernetes does) are flags qm load
+// accepts, the shards are 0..N-1 of N = completions, each has arrivals of
+// its own, and together they send the whole rate.
+func TestLoadJobManifestShards(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "loadgen.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job struct {
+		Kind string `yaml:"kind"`
+		Spec struct {
+			CompletionMode string `yaml:"completionMode"`
+			Completions    int    `yaml:"completions"`
+			Parallelism    int    `yaml:"parallelism"`
+			Template       struct {
+				Spec struct {
+					Containers []struct {
+						Args []string `yaml:"args"`
+					} `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &job); err != nil {
+		t.Fatal(err)
+	}
+	n := job.Spec.Completions
+	if job.Kind != "Job" || job.Spec.CompletionMode != "Indexed" || n < 2 || job.Spec.Parallelism != n || len(job.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("want an Indexed Job of N >= 2 parallel completions and one container: %+v", job)
+	}
+	args := job.Spec.Template.Spec.Containers[0].Args
+	if len(args) == 0 || args[0] != "load" {
+		t.Fatalf("args %q do not run qm load", args)
+	}
+	// plan parses one pod's arguments; count is the number of requests
+	// its schedule has in its measured time.
+	plan := func(pod []string) *loadPlan {
+		t.Helper()
+		var c connFlags
+		var f loadFlags
+		fs := loadFlagSet(&c, &f)
+		if err := fs.Parse(pod); err != nil {
+			t.Fatalf("qm load refuses %q: %v", pod, err)
+		}
+		set := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		p, err := planLoad(&c, &f, set)
+		if err != nil {
+			t.Fatalf("%q: %v", pod, err)
+		}
+		if f.out != "-" {
+			t.Errorf("--out %q: the result must go to the pod's log (--out=-)", f.out)
+		}
+		return p
+	}
+	count := func(p *loadPlan) float64 {
+		pc := p.opt.NewPacer()
+		var k uint64
+		for ; ; k++ {
+			if d, stop := pc.Pace(0, k); stop || d >= p.opt.Duration {
+				return float64(k)
+			}
+		}
+	}
+	var total float64
+	var whole []string
+	seeds := map[uint64]bool{}
+	for i := 0; i < n; i++ {
+		var pod []string
+		for _, a := range args[1:] {
+			pod = append(pod, strings.ReplaceAll(a, "$(JOB_COMPLETION_INDEX)", strconv.Itoa(i)))
+			if i == 0 && !strings.HasPrefix(a, "--shard") {
+				whole = append(whole, a)
+			}
+		}
+		p := plan(pod)
+		if s := p.cfg.Shard; s == nil || s.Index != i || s.Count != n {
+			t.Fatalf("pod %d: shard %+v, want %d/%d (--shard's N must be completions)", i, s, i, n)
+		}
+		if seeds[p.cfg.Seed] {
+			t.Errorf("pod %d: seed %d is another pod's: their arrivals would coincide", i, p.cfg.Seed)
+		}
+		seeds[p.cfg.Seed] = true
+		total += count(p)
+	}
+	// The same arguments without --shard: one generator sending it all.
+	one := count(plan(whole))
+	if math.Abs(total-one) > 0.01*one {
+		t.Errorf("the %d shards send %.0f requests together, one generator %.0f: want the same within 1%%", n, total, one)
+	}
+	t.Logf("%d shards: %.0f requests, one generator: %.0f", n, total, one)
 }
