@@ -40,7 +40,9 @@ type Config struct {
 	StaleWait    time.Duration
 	// PackedSpread: Packed allocations choose at random among this many of
 	// the best matches (core.Index.SetPackedSpread), so that several
-	// replicas stop racing for the same server. 0 or 1: exact Packed.
+	// replicas stop racing for the same server. It is the narrowest spread:
+	// conflicts widen it (adaptive.go). 0: exact Packed for a lone replica,
+	// 64 with replica shards.
 	PackedSpread int
 	// ReplicaShard of Replicas: this replica's preferred share of the best
 	// PackedSpread matches (core.Index.SetReplicaShard). Give each replica
@@ -88,6 +90,9 @@ type Backend struct {
 	seenRV       atomic.Uint64 // newest resourceVersion the informer delivered
 	synced       atomic.Bool
 	conflicts    atomic.Int64
+
+	spread  *spreadControl  // adaptive.go
+	metrics *replicaMetrics // replicametrics.go
 }
 
 var _ allocator.Backend = (*Backend)(nil)
@@ -131,8 +136,11 @@ func New(cfg Config) (*Backend, error) {
 		log:    cfg.Logger,
 		raw:    map[core.Key]*gameServer{},
 	}
-	b.ix.SetPackedSpread(cfg.PackedSpread)
-	b.ix.SetReplicaShard(cfg.ReplicaShard, cfg.Replicas)
+	b.spread = newSpreadControl(cfg.PackedSpread, b.ix.SetPackedSpread)
+	b.metrics = newReplicaMetrics(func() float64 { return float64(b.spread.current()) })
+	if cfg.Replicas > 1 {
+		b.setReplicas(cfg.ReplicaShard, cfg.Replicas)
+	}
 	b.ix.SetCountedAnnotation(allocator.OwnerAnnotation)
 	b.informer = cache.NewSharedIndexInformer(b.recorded(listWatch(client, cfg.Namespace)), &gameServer{}, 0, cache.Indexers{})
 	if err := b.informer.SetWatchErrorHandlerWithContext(b.onWatchError); err != nil {
@@ -157,6 +165,18 @@ func (b *Backend) Index() *core.Index { return b.ix }
 
 // Conflicts is how many writes lost a race since start.
 func (b *Backend) Conflicts() int64 { return b.conflicts.Load() }
+
+// KeptBytes is how many bytes of GameServer JSON the backend keeps for its
+// writes (the objects without their managedFields).
+func (b *Backend) KeptBytes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, g := range b.raw {
+		n += len(g.raw)
+	}
+	return n
+}
 
 func (b *Backend) onUpsert(obj any) {
 	g, ok := obj.(*gameServer)
@@ -240,8 +260,10 @@ func (b *Backend) noteRV(to *atomic.Uint64, rv string) {
 	}
 }
 
-// Allocate implements allocator.Backend.
-func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
+// allocateOnce is one round of Allocate (adaptive.go): CommitLoop, and
+// again after a short wait when nothing matched but the cache may be behind.
+// On Contention it returns the Allocation carrying the retry count.
+func (b *Backend) allocateOnce(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
 	wait := b.cfg.StaleWait
 	for try := 0; ; try++ {
 		a, err := allocator.CommitLoop(ctx, b.ix, b, req, now, seed, b.cfg.MaxConflictRetries)
@@ -250,6 +272,9 @@ func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time
 			return a, nil
 		}
 		if !errors.Is(err, core.ErrNoMatch) || try >= b.cfg.StaleRetries || !b.cacheMayBeBehind() {
+			if errors.Is(err, allocator.ErrContention) {
+				return a, err
+			}
 			return nil, err
 		}
 		t := time.NewTimer(wait)

@@ -123,6 +123,26 @@ var _ = Describe("the kubernetes backend", func() {
 		}
 	})
 
+	It("keeps no managedFields, and its writes leave every writer's entries in place", func() {
+		ns := newNamespace(ctx)
+		u := agonesLike(ns, "gs-m", "green", "node-1")
+		_, err := gameServers(ns).Create(ctx, u, metav1.CreateOptions{FieldManager: "agones-controller"})
+		Expect(err).NotTo(HaveOccurred())
+		b := startBackend(ctx, ns)
+		_, err = b.Allocate(ctx, fleetRequest(ns, "green"), time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC), 1)
+		Expect(err).NotTo(HaveOccurred())
+		got, err := gameServers(ns).Get(ctx, "gs-m", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		managers := map[string]bool{}
+		for _, e := range got.GetManagedFields() {
+			managers[e.Manager] = true
+		}
+		// The creator's entry is still there beside the allocator's own.
+		Expect(managers).To(HaveKey("agones-controller"))
+		Expect(len(managers)).To(BeNumerically(">=", 2), "managers: %v", managers)
+		Expect(b.KeptBytes()).To(BeNumerically("<", len(mustJSON(got.Object))-200), "the kept object still holds managedFields")
+	})
+
 	It("answers UnAllocated when nothing matches, and re-allocates an Allocated server on request", func() {
 		ns := newNamespace(ctx)
 		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))

@@ -123,6 +123,12 @@ func objectFields(b []byte, fn func(key string, value []byte) error) error {
 // errIncomplete if b ends inside it (fn may then have been called for the
 // members before the cut).
 func scanObject(b []byte, fn func(key string, value []byte) error) (int, error) {
+	return scanMembers(b, func(key string, _, valStart, valEnd int) error { return fn(key, b[valStart:valEnd]) })
+}
+
+// scanMembers is scanObject reporting where each member is in b: its key
+// starts at keyStart and its value spans [valStart, valEnd).
+func scanMembers(b []byte, fn func(key string, keyStart, valStart, valEnd int) error) (int, error) {
 	i := skipSpace(b, 0)
 	if i >= len(b) {
 		return 0, errIncomplete
@@ -141,6 +147,7 @@ func scanObject(b []byte, fn func(key string, value []byte) error) (int, error) 
 		if b[i] != '"' {
 			return 0, fmt.Errorf("expected a key at offset %d", i)
 		}
+		keyStart := i
 		end, err := skipString(b, i)
 		if err != nil {
 			return 0, err
@@ -161,7 +168,7 @@ func scanObject(b []byte, fn func(key string, value []byte) error) (int, error) 
 		if err != nil {
 			return 0, err
 		}
-		if err := fn(key, b[i:end]); err != nil {
+		if err := fn(key, keyStart, i, end); err != nil {
 			return 0, err
 		}
 		i = skipSpace(b, end)
@@ -199,4 +206,35 @@ func unquote(v []byte) (string, error) {
 		return "", err
 	}
 	return s, nil
+}
+
+// withoutMember returns the JSON object b without its member named key, in
+// a new slice, or b itself when it has no such member. Everything else is
+// kept byte for byte.
+func withoutMember(b []byte, key string) ([]byte, error) {
+	from, to := -1, -1
+	prevEnd := -1 // end of the member before the one dropped
+	_, err := scanMembers(b, func(k string, keyStart, _, valEnd int) error {
+		switch {
+		case k == key && from < 0:
+			from, to = keyStart, valEnd
+			if prevEnd >= 0 {
+				from = prevEnd // drop the comma before it, and the spaces
+			}
+		case from >= 0 && prevEnd == to && b[from] == '"':
+			// It was the first member: drop the comma after it instead.
+			to = keyStart
+		}
+		prevEnd = valEnd
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if from < 0 {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b)-(to-from))
+	out = append(out, b[:from]...)
+	return append(out, b[to:]...), nil
 }

@@ -40,6 +40,25 @@ func FuzzObjectFields(f *testing.F) {
 				t.Fatalf("%q: member %q = %q, encoding/json %q", b, k, got[k], v)
 			}
 		}
+		// Dropping any member (the first key found, when keys repeat)
+		// leaves a valid object with the others.
+		if len(want) == 1 || !bytes.Contains(b, []byte(`"a"`)) {
+			return
+		}
+		out, err := withoutMember(b, "a")
+		if err != nil {
+			t.Fatalf("withoutMember(%q): %v", b, err)
+		}
+		var rest map[string]json.RawMessage
+		if err := json.Unmarshal(out, &rest); err != nil {
+			t.Fatalf("withoutMember(%q) = %q: %v", b, out, err)
+		}
+		if _, had := want["a"]; had && bytes.Count(b, []byte(`"a"`)) == 1 {
+			delete(want, "a")
+			if len(rest) != len(want) {
+				t.Fatalf("withoutMember(%q) = %q", b, out)
+			}
+		}
 	})
 }
 
@@ -53,5 +72,32 @@ func TestScanObjectIncomplete(t *testing.T) {
 	end, err := scanObject(append(bytes.Clone(full), `{"next":1}`...), func(string, []byte) error { return nil })
 	if err != nil || end != len(full) {
 		t.Fatalf("end %d, %v; want %d", end, err, len(full))
+	}
+}
+
+func TestWithoutMember(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"managedFields":[1,2],"name":"a"}`, `{"name":"a"}`},
+		{`{"name":"a","managedFields":[{"x":{"y":1}}],"uid":"u"}`, `{"name":"a","uid":"u"}`},
+		{`{"name":"a","managedFields":[]}`, `{"name":"a"}`},
+		{`{"managedFields":null}`, `{}`},
+		{"{\n  \"managedFields\" : [ ] ,\n  \"name\" : \"a\"\n}", "{\n  \"name\" : \"a\"\n}"},
+		{"{ \"name\": \"a\" ,\n \"managedFields\": [] }", "{ \"name\": \"a\" }"},
+		{`{"name":"a","labels":{"managedFields":"kept"}}`, `{"name":"a","labels":{"managedFields":"kept"}}`},
+		{`{"name":"a"}`, `{"name":"a"}`},
+		{`{}`, `{}`},
+	} {
+		got, err := withoutMember([]byte(c.in), "managedFields")
+		if err != nil || string(got) != c.want {
+			t.Errorf("withoutMember(%s) = %s, %v; want %s", c.in, got, err, c.want)
+		}
+		if !json.Valid(got) {
+			t.Errorf("withoutMember(%s) = %s: not JSON", c.in, got)
+		}
+	}
+	for _, bad := range []string{`{"managedFields":[}`, `["managedFields"]`, `{"a":1`} {
+		if _, err := withoutMember([]byte(bad), "managedFields"); err == nil {
+			t.Errorf("withoutMember(%s): no error", bad)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -69,24 +70,47 @@ type status struct {
 	} `json:"lists"`
 }
 
-// decodeGameServer decodes one GameServer and keeps raw, which the caller
-// must not modify afterwards. An object whose metadata cannot be read is an
-// error; one whose status cannot be read decodes with unreadable set, so
-// that the backend drops it instead of the watch breaking on it.
+// decodeGameServer decodes one GameServer and keeps a copy of raw without
+// metadata.managedFields (raw itself is not kept, so the caller may reuse
+// its buffer). An object whose metadata cannot be read is an error; one
+// whose status cannot be read decodes with unreadable set, so that the
+// backend drops it instead of the watch breaking on it.
+//
+// managedFields are often the largest part of an Agones GameServer (one
+// entry per writer: the controller, the SDK sidecar, allocators), and the
+// allocator never reads them. Writing the object back without them leaves
+// them as they are: the API server keeps an object's managedFields when an
+// update carries none, so that clients unaware of the field cannot erase
+// it (checked against a real API server in the backend's tests).
 func decodeGameServer(raw []byte) (*gameServer, error) {
-	g := &gameServer{TypeMeta: metav1.TypeMeta{APIVersion: "agones.dev/v1", Kind: "GameServer"}, raw: raw}
+	g := &gameServer{TypeMeta: metav1.TypeMeta{APIVersion: "agones.dev/v1", Kind: "GameServer"}}
 	var statusJSON []byte
-	err := objectFields(raw, func(key string, v []byte) error {
+	metaStart, metaEnd := -1, -1
+	end, err := scanMembers(raw, func(key string, _, valStart, valEnd int) error {
 		switch key {
 		case "metadata":
-			return decodeMeta(v, &g.ObjectMeta)
+			metaStart, metaEnd = valStart, valEnd
+			return decodeMeta(raw[valStart:valEnd], &g.ObjectMeta)
 		case "status":
-			statusJSON = v
+			statusJSON = raw[valStart:valEnd]
 		}
 		return nil
 	})
+	if err == nil && skipSpace(raw, end) != len(raw) {
+		err = errors.New("data after the JSON object")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("decoding gameserver: %w", err)
+	}
+	if metaStart < 0 {
+		g.raw = bytes.Clone(raw)
+	} else {
+		meta, err := withoutMember(raw[metaStart:metaEnd], "managedFields")
+		if err != nil {
+			return nil, fmt.Errorf("decoding gameserver: metadata: %w", err)
+		}
+		g.raw = make([]byte, 0, len(raw)-(metaEnd-metaStart)+len(meta))
+		g.raw = append(append(append(g.raw, raw[:metaStart]...), meta...), raw[metaEnd:]...)
 	}
 	m := &g.ObjectMeta
 	gs := &core.GameServer{

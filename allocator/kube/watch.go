@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -153,8 +152,8 @@ func (d *watchDecoder) Decode() (watch.EventType, runtime.Object, error) {
 		}
 		return typ, st, nil
 	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-		// The object keeps its bytes; the buffer they are in is reused.
-		g, err := decodeGameServer(bytes.Clone(obj))
+		// The object keeps a copy of what it needs; the buffer is reused.
+		g, err := decodeGameServer(obj)
 		if err != nil {
 			return "", nil, err
 		}

@@ -82,6 +82,7 @@ type serveFlags struct {
 	maxRequestBytes          int
 	maxStreams               uint
 	syncTimeout              time.Duration
+	pprof                    bool
 }
 
 // serveFlagSet defines `qm serve`'s flags on f.
@@ -116,6 +117,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long after /ready turns false")
 	fs.DurationVar(&f.shutdownWait, "shutdown-timeout", allocator.DefaultShutdownTimeout, "on SIGTERM, longest wait for requests in flight")
 	fs.DurationVar(&f.timeout, "timeout", allocator.DefaultTimeout, "bound on a request whose caller set no deadline")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles (CPU, heap, mutex, block) under /debug/pprof/ on --http-addr, for go tool pprof")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
 	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
 	fs.DurationVar(&f.syncTimeout, "sync-timeout", defaultSyncTimeout, "--backend kubernetes: give up (exit 1, naming the reason) when the GameServer cache has not synced after this long; 0 waits until stopped")
@@ -144,6 +146,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.Logger, stdout, stderr io.Writer) error {
+	applyContainerMemoryLimit(log)
 	mode := mtls.ModeFromFlags(f.disableMTLS, f.disableTLS)
 	if mode.Insecure() {
 		_ = mtls.WriteInsecureWarning(stderr, mode)
@@ -239,6 +242,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		// first list comes once /live is served (below).
 		kb.Run(runCtx)
 		backend, kubeBackend = kb, kb
+		f.multi.kubeREST, f.multi.kubeNamespace = restCfg, f.kubeNamespace
 	default:
 		return fmt.Errorf("--backend %q is not available (have: memory, kubernetes)", f.backend)
 	}
@@ -267,7 +271,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	srv, err := allocator.NewServer(allocator.ServerOptions{
 		Service: svc, TLS: tlsSrv, Addr: f.addr, RESTAddr: f.restAddr, HTTPAddr: f.httpAddr,
 		Gatherer: reg, Logger: log, MaxRequestBytes: f.maxRequestBytes,
-		MaxConcurrentStreams: uint32(f.maxStreams), DrainDelay: f.drainDelay,
+		MaxConcurrentStreams: uint32(f.maxStreams), DrainDelay: f.drainDelay, Pprof: f.pprof,
 	})
 	if err != nil {
 		return err
