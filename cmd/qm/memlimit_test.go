@@ -31,7 +31,7 @@ func TestCgroupMemoryLimit(t *testing.T) {
 			"sys/fs/cgroup/memory/kubepods/pod2/memory.limit_in_bytes": file("268435456\n"),
 		}, 256 << 20, false},
 		{"v1 unlimited", fstest.MapFS{
-			"proc/self/cgroup": file("11:memory:/\n"),
+			"proc/self/cgroup":                           file("11:memory:/\n"),
 			"sys/fs/cgroup/memory/memory.limit_in_bytes": file("9223372036854771712\n"),
 		}, 0, true},
 		{"garbage", fstest.MapFS{
