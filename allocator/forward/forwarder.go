@@ -260,6 +260,11 @@ func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationReque
 	if err := f.Crossed(ctx); err != nil {
 		return nil, err
 	}
+	if r, ok := f.src.(ReadySource); ok {
+		if err := r.Ready(); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "multi-cluster policies are not available yet: %v", err)
+		}
+	}
 	ns := in.GetNamespace()
 	if ns == "" {
 		ns = core.DefaultNamespace
@@ -374,6 +379,11 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 	// The Secret lives in the request's namespace, as Agones reads it.
 	sec, ok := f.src.Secret(ns, p.Connection.SecretName)
 	if !ok {
+		if e, isE := f.src.(SecretExplainer); isE {
+			if err := e.SecretError(ns, p.Connection.SecretName); err != nil {
+				return misconfig("Secret %s/%s (spec.connectionInfo.secretName): %v", ns, p.Connection.SecretName, err)
+			}
+		}
 		return misconfig("Secret %s/%s (spec.connectionInfo.secretName) not found", ns, p.Connection.SecretName)
 	}
 	target := ns

@@ -55,6 +55,23 @@ type Source interface {
 	Secret(namespace, name string) (Secret, bool)
 }
 
+// ReadySource is a Source that can be not ready yet (an informer before
+// its first list). The forwarder answers Unavailable with Ready's error
+// rather than "no policy matches" while it is not.
+type ReadySource interface {
+	Source
+	Ready() error
+}
+
+// SecretExplainer is a Source that can say why a Secret is missing (for
+// example, that reading it is forbidden), for the caller's error.
+type SecretExplainer interface {
+	Source
+	// SecretError returns why Secret(namespace, name) found nothing, or
+	// nil when it simply does not exist.
+	SecretError(namespace, name string) error
+}
+
 // Secret is a connection Secret: the client certificate and key a
 // forwarder presents (tls.crt, tls.key) and optionally the CA it trusts
 // for the remote server (ca.crt).
@@ -381,19 +398,7 @@ func (s *Set) add(obj json.RawMessage, where string, seen map[string]string) err
 			ns = core.DefaultNamespace
 		}
 		what := fmt.Sprintf("%s (%s %s/%s)", where, PolicyKind, ns, po.Metadata.Name)
-		p := core.Policy{
-			Name:     po.Metadata.Name,
-			Priority: po.Spec.Priority,
-			Weight:   po.Spec.Weight,
-			Labels:   po.Metadata.Labels,
-			Connection: core.ConnectionInfo{
-				ClusterName: po.Spec.ConnectionInfo.ClusterName,
-				Endpoints:   po.Spec.ConnectionInfo.AllocationEndpoints,
-				SecretName:  po.Spec.ConnectionInfo.SecretName,
-				Namespace:   po.Spec.ConnectionInfo.Namespace,
-				ServerCA:    po.Spec.ConnectionInfo.ServerCA,
-			},
-		}
+		p := policyOf(po)
 		var errs []string
 		if err := checkName(po.Metadata.Name); err != "" {
 			errs = append(errs, "metadata.name: "+err)
@@ -401,13 +406,8 @@ func (s *Set) add(obj json.RawMessage, where string, seen map[string]string) err
 		if err := checkName(ns); err != "" {
 			errs = append(errs, "metadata.namespace: "+err)
 		}
-		if err := ValidatePolicy(p); err != nil {
+		if err := CheckPolicy(p); err != nil {
 			errs = append(errs, err.Error())
-		}
-		if len(p.Connection.ServerCA) > 0 {
-			if _, err := certPool(p.Connection.ServerCA, nil); err != nil {
-				errs = append(errs, "spec.connectionInfo.serverCa: "+err.Error())
-			}
 		}
 		if len(errs) > 0 {
 			return fmt.Errorf("%s: %s", what, strings.Join(errs, ", "))
@@ -519,6 +519,61 @@ func ValidatePolicy(p core.Policy) error {
 		return errors.New(strings.Join(errs, ", "))
 	}
 	return nil
+}
+
+// CheckPolicy is ValidatePolicy plus the serverCa, which must be PEM
+// certificates when given: everything a policy read from a cluster can be
+// wrong about once the API server's schema has accepted it.
+func CheckPolicy(p core.Policy) error {
+	err := ValidatePolicy(p)
+	if len(p.Connection.ServerCA) > 0 {
+		if _, perr := certPool(p.Connection.ServerCA, nil); perr != nil {
+			perr = errors.New("spec.connectionInfo.serverCa: " + perr.Error())
+			if err == nil {
+				return perr
+			}
+			return fmt.Errorf("%v, %v", err, perr)
+		}
+	}
+	return err
+}
+
+// PolicyFromJSON decodes a GameServerAllocationPolicy as the API server
+// sends it (JSON, any metadata) and returns its namespace and the policy.
+// Unlike a policies file it is not decoded strictly: the API server has
+// checked the object against the CRD's schema, and a newer Agones may add
+// fields this allocator does not use. It does not validate the policy
+// (CheckPolicy does), so that a policy with a bad endpoint still takes its
+// place in the order and fails there with its own error.
+func PolicyFromJSON(data []byte) (namespace string, p core.Policy, err error) {
+	var po policyObject
+	if err := json.Unmarshal(data, &po); err != nil {
+		return "", core.Policy{}, fmt.Errorf("%s: %v", PolicyKind, err)
+	}
+	if po.APIVersion != PolicyAPIVersion || po.Kind != PolicyKind {
+		return "", core.Policy{}, fmt.Errorf("apiVersion %q kind %q: want %s %s", po.APIVersion, po.Kind, PolicyAPIVersion, PolicyKind)
+	}
+	ns := po.Metadata.Namespace
+	if ns == "" {
+		ns = core.DefaultNamespace
+	}
+	return ns, policyOf(po), nil
+}
+
+func policyOf(po policyObject) core.Policy {
+	return core.Policy{
+		Name:     po.Metadata.Name,
+		Priority: po.Spec.Priority,
+		Weight:   po.Spec.Weight,
+		Labels:   po.Metadata.Labels,
+		Connection: core.ConnectionInfo{
+			ClusterName: po.Spec.ConnectionInfo.ClusterName,
+			Endpoints:   po.Spec.ConnectionInfo.AllocationEndpoints,
+			SecretName:  po.Spec.ConnectionInfo.SecretName,
+			Namespace:   po.Spec.ConnectionInfo.Namespace,
+			ServerCA:    po.Spec.ConnectionInfo.ServerCA,
+		},
+	}
 }
 
 // Endpoint returns an allocation endpoint as host:port, with Agones'

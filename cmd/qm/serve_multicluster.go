@@ -9,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"k8s.io/client-go/rest"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
+	"github.com/quartermaster-dev/quartermaster/allocator/forward/kubesource"
 )
 
 // multiClusterFlags are `qm serve`'s flags for multi-cluster allocation.
@@ -19,23 +21,33 @@ type multiClusterFlags struct {
 	policies       string
 	forwardTimeout time.Duration
 	clusterName    string
+
+	// kubeREST is set by the kubernetes backend: without --policies, the
+	// policies and Secrets then come from its API server.
+	kubeREST      *rest.Config
+	kubeNamespace string
 }
 
 func (m *multiClusterFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.policies, "policies", "", "multi-cluster policies: a YAML file (or a directory of manifests) of multicluster.agones.dev/v1 GameServerAllocationPolicy objects and the v1 Secrets they name, re-read every 2s; without it multiClusterSetting.enabled is refused")
+	fs.StringVar(&m.policies, "policies", "", "multi-cluster policies: a YAML file (or a directory of manifests) of multicluster.agones.dev/v1 GameServerAllocationPolicy objects and the v1 Secrets they name, re-read every 2s. Without it, --backend kubernetes watches the API server's policies and Secrets, and the memory backend refuses multiClusterSetting.enabled")
 	fs.DurationVar(&m.forwardTimeout, "forward-timeout", forward.DefaultTryTimeout, "bound on one forwarded call to a remote allocator (the caller's deadline bounds the whole request)")
 	fs.StringVar(&m.clusterName, "cluster-name", "", "this allocator's name in forwarded calls' hop list, for loop refusal (default: a random one per process; give replicas of one cluster the same)")
 }
 
-// start builds the forwarder when --policies is given (nil otherwise) and
-// keeps its policies in step with the file until ctx ends. The caller
-// closes the forwarder when the server has stopped.
+// start builds the forwarder and keeps its policies in step with their
+// source until ctx ends: the --policies file when given, else the API
+// server's objects when the backend is kubernetes; without either it
+// returns nil (no forwarder). The caller closes the forwarder when the
+// server has stopped.
 func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, unallocated codes.Code) (*forward.Forwarder, error) {
-	if m.policies == "" {
-		return nil, nil
-	}
 	if m.forwardTimeout <= 0 {
 		return nil, fmt.Errorf("--forward-timeout must be positive, got %v", m.forwardTimeout)
+	}
+	if m.policies == "" {
+		if m.kubeREST == nil {
+			return nil, nil
+		}
+		return m.startKube(ctx, log, reg, unallocated)
 	}
 	file, err := forward.OpenPoliciesFile(m.policies)
 	if err != nil {
@@ -52,6 +64,31 @@ func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg pro
 	np, ns := file.Set.Counts()
 	log.Info("multi-cluster policies loaded", "path", m.policies, "policies", np, "secrets", ns, "hop", fwd.Self())
 	go file.Watch(ctx, limitsPollInterval, log, store.Replace)
+	return fwd, nil
+}
+
+// startKube builds the forwarder on informers of the API server's
+// GameServerAllocationPolicies and the Secrets they name. The informers
+// list in the background: until they have, multi-cluster requests answer
+// Unavailable saying so, and single-cluster ones are unaffected.
+func (m *multiClusterFlags) startKube(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, unallocated codes.Code) (*forward.Forwarder, error) {
+	src, err := kubesource.New(kubesource.Options{REST: m.kubeREST, Namespace: m.kubeNamespace, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	fwd, err := forward.New(forward.Options{
+		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	src.Run(ctx)
+	go func() {
+		if src.WaitForSync(ctx) {
+			log.Info("multi-cluster policies listed from the API server", "hop", fwd.Self())
+		}
+	}()
 	return fwd, nil
 }
 
