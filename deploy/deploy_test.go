@@ -59,7 +59,7 @@ func TestManifest(t *testing.T) {
 	}
 	for _, want := range []string{
 		"serviceaccount/qm-allocator", "clusterrole.rbac.authorization.k8s.io/qm-allocator",
-		"clusterrolebinding.rbac.authorization.k8s.io/qm-allocator", "role.rbac.authorization.k8s.io/qm-allocator-remote-certs",
+		"clusterrolebinding.rbac.authorization.k8s.io/qm-allocator", "clusterrole.rbac.authorization.k8s.io/qm-allocator-remote-certs",
 		"rolebinding.rbac.authorization.k8s.io/qm-allocator-remote-certs", "statefulset.apps/qm-allocator", "service/qm-allocator",
 		"service/qm-allocator-pods",
 	} {
@@ -84,7 +84,9 @@ func TestManifest(t *testing.T) {
 			{"update", "agones.dev", "gameservers", "games", true},
 			{"list", "multicluster.agones.dev", "gameserverallocationpolicies", "games", true},
 			{"watch", "multicluster.agones.dev", "gameserverallocationpolicies", "", true},
-			{"get", "", "secrets", allocatorNS, true},
+			{"get", "", "secrets", "default", true},
+			{"list", "", "secrets", "default", true},
+			{"watch", "", "secrets", "default", true},
 			// What it must not.
 			{"delete", "agones.dev", "gameservers", "games", false},
 			{"create", "agones.dev", "gameservers", "games", false},
@@ -95,6 +97,9 @@ func TestManifest(t *testing.T) {
 			{"get", "", "secrets", "games", false},
 			{"get", "", "secrets", "kube-system", false},
 			{"list", "", "secrets", allocatorNS, false},
+			{"get", "", "secrets", allocatorNS, false},
+			{"update", "", "secrets", "default", false},
+			{"delete", "", "secrets", "default", false},
 			{"list", "", "secrets", "", false},
 			{"create", "", "pods", allocatorNS, false},
 			{"update", "rbac.authorization.k8s.io", "clusterroles", "", false},
@@ -122,6 +127,11 @@ func TestManifest(t *testing.T) {
 		ics, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// What the multi-cluster Secret informer sends, in a namespace
+		// with the binding.
+		if _, err := ics.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=qm-to-b"}); err != nil {
+			t.Errorf("list one secret by name in default as the allocator: %v", err)
 		}
 		if _, err := ics.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("list secrets in kube-system as the allocator: %v, want Forbidden", err)
