@@ -142,6 +142,7 @@ type harnessOpts struct {
 	now      func() time.Time
 	drain    time.Duration
 	pki      *pki
+	pprof    bool
 }
 
 func startHarness(t testing.TB, o harnessOpts) *harness {
@@ -181,7 +182,7 @@ func startHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	h.srv, err = allocator.NewServer(allocator.ServerOptions{
 		Service: h.svc, TLS: h.tls, Addr: "127.0.0.1:0", RESTAddr: o.restAddr, HTTPAddr: "127.0.0.1:0",
-		Gatherer: h.reg, Logger: log, DrainDelay: o.drain,
+		Gatherer: h.reg, Logger: log, DrainDelay: o.drain, Pprof: o.pprof,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -842,7 +842,14 @@ func (ix *Index) leave(e *entry, m membership) {
 	for _, p := range g.prios {
 		p.remove(e)
 	}
-	if i := gn.find(e); i >= 0 {
+	if i := gn.find(e); i == 0 {
+		// Packed allocates a node's first server by name: dropping the
+		// head must not shift the whole list (hundreds of servers on a
+		// big node). The slice starts one further on; append reallocates
+		// when the tail runs out, which gives the front back.
+		gn.members[0] = member{}
+		gn.members = gn.members[1:]
+	} else if i > 0 {
 		copy(gn.members[i:], gn.members[i+1:])
 		gn.members[len(gn.members)-1] = member{}
 		gn.members = gn.members[:len(gn.members)-1]

@@ -4,16 +4,18 @@
 # fleet, drives it with `qm load` from another process, and stops it.
 
 LOAD_WORKERS  ?= 64
-LOAD_DURATION ?= 8s
+LOAD_DURATION ?= 9s
+LOAD_WINDOW   ?= 3s
 LOAD_RATE     ?= 2000
 LOAD_OUT      ?= $(BIN)/load
 
 .PHONY: load-echo load-open
 
-## load-echo: allocations vs the health-check echo on the same server, port and mTLS, 64 callers, taking turns (issue 17's ratio, from outside).
+## load-echo: allocations vs the health-check echo on the same server, port and mTLS, 64 callers, three
+## interleaved rounds of 3s each (issue 17's measurement, from outside): ratio, p50/p99, server CPU per request.
 load-echo: build
-	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" echo --workers $(LOAD_WORKERS) --duration $(LOAD_DURATION)
+	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" echo --workers $(LOAD_WORKERS) --duration $(LOAD_DURATION) --window $(LOAD_WINDOW)
 
 ## load-open: open loop at LOAD_RATE/s, allocations vs echo, with latency from the intended send time.
 load-open: build
-	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" open --rate $(LOAD_RATE) --duration $(LOAD_DURATION)
+	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" open --rate $(LOAD_RATE) --duration $(LOAD_DURATION) --window $(LOAD_WINDOW)

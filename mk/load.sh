@@ -51,8 +51,12 @@ addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$state/ready.json")
 
 mkdir -p "$outdir"
 # The fleet is large enough that nothing needs releasing: every request is
-# a fresh allocation and the server does nothing else meanwhile.
+# a fresh allocation and the server does nothing else meanwhile (a Release
+# per allocation would be charged to the allocations' turns). errors==0
+# fails the run if the fleet ran out after all. --server-pid charges the
+# server's CPU to the target whose turn it is.
 cmd=("$qm" load --certs-dir "$state/certs" --target "alloc=$addr" --target "echo=$addr" --echo echo
-	--selector mode=load --release=false --warmup 1s --window 1s --out "$outdir/$name.json" "$@")
+	--selector mode=load --release=false --warmup 1s --server-pid "$server_pid" --expect 'errors==0'
+	--out "$outdir/$name.json" "$@")
 echo "+ ${cmd[*]}"
 "${cmd[@]}"

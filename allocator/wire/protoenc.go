@@ -1,0 +1,289 @@
+package wire
+
+import (
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+)
+
+// Field numbers of AllocationResponse and its nested messages, as in
+// Agones' allocation.proto (agones-compat.md's wire table;
+// protowire_test.go checks them against the generated descriptors).
+const (
+	fRespGameServerName = 2
+	fRespPorts          = 3
+	fRespAddress        = 4
+	fRespNodeName       = 5
+	fRespSource         = 6
+	fRespMetadata       = 7
+	fRespAddresses      = 8
+	fRespCounters       = 9
+	fRespLists          = 10
+
+	fPortName, fPortPort            = 1, 2
+	fAddrType, fAddrAddress         = 1, 2
+	fMetaLabels, fMetaAnnots        = 1, 2
+	fMapKey, fMapValue              = 1, 2
+	fCounterCount, fCounterCapacity = 1, 2
+	fListValues, fListCapacity      = 1, 2
+	fInt64Value                     = 1
+)
+
+// ResponseFastPath reports whether AppendResponse encodes m exactly as
+// proto.Marshal would (same fields, same values): true for every response
+// the allocator builds. Messages carrying unknown fields (only a decoded
+// one could) are left to the proto library.
+func ResponseFastPath(m *allocation.AllocationResponse) bool {
+	if m == nil || len(m.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	if md := m.GetMetadata(); md != nil && len(md.ProtoReflect().GetUnknown()) > 0 {
+		return false
+	}
+	for _, p := range m.GetPorts() {
+		if p != nil && len(p.ProtoReflect().GetUnknown()) > 0 {
+			return false
+		}
+	}
+	for _, a := range m.GetAddresses() {
+		if a != nil && len(a.ProtoReflect().GetUnknown()) > 0 {
+			return false
+		}
+	}
+	for _, c := range m.GetCounters() {
+		if c != nil && (len(c.ProtoReflect().GetUnknown()) > 0 || unknownInt64(c.Count) || unknownInt64(c.Capacity)) {
+			return false
+		}
+	}
+	for _, l := range m.GetLists() {
+		if l != nil && (len(l.ProtoReflect().GetUnknown()) > 0 || unknownInt64(l.Capacity)) {
+			return false
+		}
+	}
+	return true
+}
+
+func unknownInt64(v *wrapperspb.Int64Value) bool {
+	return v != nil && len(v.ProtoReflect().GetUnknown()) > 0
+}
+
+// ResponseSize is the length of AppendResponse's encoding of m.
+//
+// The allocator answers every allocation with an AllocationResponse whose
+// maps (labels, annotations, counters, lists) the proto library encodes
+// through reflection, a few heap allocations per map entry. This encoder
+// walks the message directly: same bytes up to the order of map entries,
+// which protobuf leaves unspecified (and the library randomises).
+func ResponseSize(m *allocation.AllocationResponse) int {
+	n := sizeString(fRespGameServerName, m.GameServerName)
+	for _, p := range m.Ports {
+		n += sizeMessage(fRespPorts, portSize(p))
+	}
+	n += sizeString(fRespAddress, m.Address)
+	n += sizeString(fRespNodeName, m.NodeName)
+	n += sizeString(fRespSource, m.Source)
+	if m.Metadata != nil {
+		n += sizeMessage(fRespMetadata, metadataSize(m.Metadata))
+	}
+	for _, a := range m.Addresses {
+		n += sizeMessage(fRespAddresses, addressSize(a))
+	}
+	for k, c := range m.Counters {
+		n += sizeMessage(fRespCounters, sizeMapKey(k)+sizeMessage(fMapValue, counterSize(c)))
+	}
+	for k, l := range m.Lists {
+		n += sizeMessage(fRespLists, sizeMapKey(k)+sizeMessage(fMapValue, listSize(l)))
+	}
+	return n
+}
+
+// AppendResponse appends m's protobuf encoding to b (see ResponseSize).
+// Fields go in field-number order, as the proto library writes them.
+func AppendResponse(b []byte, m *allocation.AllocationResponse) []byte {
+	b = appendString(b, fRespGameServerName, m.GameServerName)
+	for _, p := range m.Ports {
+		b = protowire.AppendTag(b, fRespPorts, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(portSize(p)))
+		if p != nil {
+			b = appendString(b, fPortName, p.Name)
+			b = appendInt32(b, fPortPort, p.Port)
+		}
+	}
+	b = appendString(b, fRespAddress, m.Address)
+	b = appendString(b, fRespNodeName, m.NodeName)
+	b = appendString(b, fRespSource, m.Source)
+	if md := m.Metadata; md != nil {
+		b = protowire.AppendTag(b, fRespMetadata, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(metadataSize(md)))
+		b = appendStringMap(b, fMetaLabels, md.Labels)
+		b = appendStringMap(b, fMetaAnnots, md.Annotations)
+	}
+	for _, a := range m.Addresses {
+		b = protowire.AppendTag(b, fRespAddresses, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(addressSize(a)))
+		if a != nil {
+			b = appendString(b, fAddrType, a.Type)
+			b = appendString(b, fAddrAddress, a.Address)
+		}
+	}
+	for k, c := range m.Counters {
+		cs := counterSize(c)
+		b = protowire.AppendTag(b, fRespCounters, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, cs)))
+		b = appendMapKey(b, k)
+		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(cs))
+		if c != nil {
+			b = appendInt64Value(b, fCounterCount, c.Count)
+			b = appendInt64Value(b, fCounterCapacity, c.Capacity)
+		}
+	}
+	for k, l := range m.Lists {
+		ls := listSize(l)
+		b = protowire.AppendTag(b, fRespLists, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, ls)))
+		b = appendMapKey(b, k)
+		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(ls))
+		if l != nil {
+			for _, v := range l.Values {
+				// Repeated strings are written even when empty.
+				b = protowire.AppendTag(b, fListValues, protowire.BytesType)
+				b = protowire.AppendString(b, v)
+			}
+			b = appendInt64Value(b, fListCapacity, l.Capacity)
+		}
+	}
+	return b
+}
+
+func portSize(p *allocation.AllocationResponse_GameServerStatusPort) int {
+	if p == nil {
+		return 0
+	}
+	return sizeString(fPortName, p.Name) + sizeInt32(fPortPort, p.Port)
+}
+
+func addressSize(a *allocation.AllocationResponse_GameServerStatusAddress) int {
+	if a == nil {
+		return 0
+	}
+	return sizeString(fAddrType, a.Type) + sizeString(fAddrAddress, a.Address)
+}
+
+func metadataSize(md *allocation.AllocationResponse_GameServerMetadata) int {
+	return sizeStringMap(fMetaLabels, md.Labels) + sizeStringMap(fMetaAnnots, md.Annotations)
+}
+
+func counterSize(c *allocation.AllocationResponse_CounterStatus) int {
+	if c == nil {
+		return 0
+	}
+	return sizeInt64Value(fCounterCount, c.Count) + sizeInt64Value(fCounterCapacity, c.Capacity)
+}
+
+func listSize(l *allocation.AllocationResponse_ListStatus) int {
+	if l == nil {
+		return 0
+	}
+	n := 0
+	for _, v := range l.Values {
+		n += protowire.SizeTag(fListValues) + protowire.SizeBytes(len(v))
+	}
+	return n + sizeInt64Value(fListCapacity, l.Capacity)
+}
+
+// A map entry is a message of key (1) and value (2). Unlike other proto3
+// fields, the proto library writes both even when empty.
+func sizeStringMap(num protowire.Number, m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += sizeMessage(num, sizeMapKey(k)+sizeMessage(fMapValue, len(v)))
+	}
+	return n
+}
+
+func appendStringMap(b []byte, num protowire.Number, m map[string]string) []byte {
+	for k, v := range m {
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, len(v))))
+		b = appendMapKey(b, k)
+		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+		b = protowire.AppendString(b, v)
+	}
+	return b
+}
+
+func sizeMapKey(k string) int { return sizeMessage(fMapKey, len(k)) }
+
+func appendMapKey(b []byte, k string) []byte {
+	b = protowire.AppendTag(b, fMapKey, protowire.BytesType)
+	return protowire.AppendString(b, k)
+}
+
+// The wrapper message is written when present, even when it holds 0.
+func sizeInt64Value(num protowire.Number, v *wrapperspb.Int64Value) int {
+	if v == nil {
+		return 0
+	}
+	inner := 0
+	if v.Value != 0 {
+		inner = protowire.SizeTag(fInt64Value) + protowire.SizeVarint(uint64(v.Value))
+	}
+	return sizeMessage(num, inner)
+}
+
+func appendInt64Value(b []byte, num protowire.Number, v *wrapperspb.Int64Value) []byte {
+	if v == nil {
+		return b
+	}
+	inner := 0
+	if v.Value != 0 {
+		inner = protowire.SizeTag(fInt64Value) + protowire.SizeVarint(uint64(v.Value))
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(inner))
+	if v.Value != 0 {
+		b = protowire.AppendTag(b, fInt64Value, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(v.Value))
+	}
+	return b
+}
+
+func sizeMessage(num protowire.Number, n int) int {
+	return protowire.SizeTag(num) + protowire.SizeBytes(n)
+}
+
+// proto3 scalars are left out when they hold the zero value.
+func sizeString(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
+}
+
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+// An int32 is sign-extended to 64 bits on the wire, so a negative one takes
+// ten bytes.
+func sizeInt32(num protowire.Number, v int32) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(num) + protowire.SizeVarint(uint64(int64(v)))
+}
+
+func appendInt32(b []byte, num protowire.Number, v int32) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(int64(v)))
+}
