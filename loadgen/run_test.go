@@ -185,8 +185,12 @@ func TestInterruptedRunKeepsItsResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Since(start) > 3*time.Second || !res.Interrupted || res.Targets[0].OK < 20 {
-		t.Errorf("took %v, interrupted %v, ok %d", time.Since(start), res.Interrupted, res.Targets[0].OK)
+	// About 30 arrivals were due before the interruption; a machine
+	// loaded by other work may answer fewer in time, but the result must
+	// hold what was answered, and its schedule up to then.
+	r := res.Targets[0]
+	if time.Since(start) > 3*time.Second || !res.Interrupted || r.OK < 5 || r.Intended < 20 || r.Intended > 60 {
+		t.Errorf("took %v, interrupted %v, intended %d, ok %d", time.Since(start), res.Interrupted, r.Intended, r.OK)
 	}
 }
 

@@ -301,6 +301,10 @@ func TestLoadInterruptWritesPartialResult(t *testing.T) {
 	if !res.Interrupted || r.OK < 50 || res.DurationSeconds > 60 {
 		t.Errorf("interrupted %v, ok %d, duration %.1fs: want a partial result of the seconds before Ctrl-C", res.Interrupted, r.OK, res.DurationSeconds)
 	}
+	// What was meant to go is the schedule up to Ctrl-C, not the hour.
+	if max := int64(res.DurationSeconds*200) + 50; r.Intended > max || r.NotSent > 50 {
+		t.Errorf("intended %d, not sent %d in %.1fs at 200/s: the rest of the schedule is not part of the result", r.Intended, r.NotSent, res.DurationSeconds)
+	}
 	// The sessions were to be held for an hour: Ctrl-C gives them back
 	// at once rather than leave the fleet allocated.
 	if got := allocationsOK(t, addrs["http"]); got != r.OK || r.Released != r.OK {
