@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mcOutput is the part of `qm allocate`'s JSON a multi-cluster test reads.
+type mcOutput struct {
+	GameServerName string `json:"gameServerName"`
+	Source         string `json:"source"`
+}
+
+// freePort returns a loopback address nothing listens on (yet).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitReady waits for a --ready-file and returns the gRPC address in it.
+func waitReady(t *testing.T, p *qmProcess, path string) string {
+	t.Helper()
+	var addrs map[string]string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &addrs) == nil {
+			return addrs["grpc"]
+		}
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			t.Fatalf("qm serve exited: %v\n%s", err, p.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("qm serve did not start:\n%s", p.stderr.String())
+		}
+	}
+}
+
+// TestMultiClusterExample runs the README's multi-cluster section: three
+// `qm serve --policies` processes (memory backend) with the example's
+// policies, fleets and a Secret made by examples/multicluster/secret.sh,
+// and `qm allocate --policy-selector` against the on-prem one. On-prem
+// fills first, then requests go to the cloud allocators (checked on their
+// side with `qm list`), a selector that matches nothing is refused naming
+// the namespace, and a cloud allocator going down costs nothing but
+// itself: the other one serves.
+func TestMultiClusterExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three qm serve processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	certsDir := filepath.Join(dir, "certs")
+	var o, e bytes.Buffer
+	if err := commands["certs"].run(ctx, []string{"--dir", certsDir, "--hosts", "localhost,127.0.0.1", "--clients", "caller,forwarder"}, &o, &e); err != nil {
+		t.Fatalf("qm certs: %v\n%s", err, e.String())
+	}
+	examples := filepath.Join("..", "..", "examples", "multicluster")
+	secret, err := exec.CommandContext(ctx, "sh", filepath.Join(examples, "secret.sh"), certsDir, "forwarder", "to-cloud").Output()
+	if err != nil {
+		t.Fatalf("secret.sh: %v", err)
+	}
+
+	// The example's fixed ports, moved to free ones so the test can run
+	// beside anything else.
+	names := []string{"onprem", "cloud-a", "cloud-b"}
+	fixed := map[string]string{"onprem": "127.0.0.1:8443", "cloud-a": "127.0.0.1:8444", "cloud-b": "127.0.0.1:8445"}
+	addr := map[string]string{}
+	for _, n := range names {
+		addr[n] = freePort(t)
+	}
+	procs := map[string]*qmProcess{}
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(examples, n+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		for _, m := range names {
+			s = strings.ReplaceAll(s, fixed[m], addr[m])
+		}
+		policies := filepath.Join(dir, n+"-policies.yaml")
+		if err := os.WriteFile(policies, append([]byte(s), secret...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fleets := "fleets-cloud.yaml"
+		if n == "onprem" {
+			fleets = "fleets-onprem.yaml"
+		}
+		ready := filepath.Join(dir, n+"-ready.json")
+		procs[n] = startQM(t, "serve", "--addr", addr[n], "--http-addr", "", "--log-format", "json",
+			"--tls-dir", filepath.Join(certsDir, "server"), "--client-ca-dir", filepath.Join(certsDir, "client-ca"),
+			"--fleets", filepath.Join(examples, fleets), "--policies", policies, "--cluster-name", n,
+			"--forward-timeout", "2s", "--ready-file", ready)
+		if got := waitReady(t, procs[n], ready); got != addr[n] {
+			t.Fatalf("%s listens on %s, want %s", n, got, addr[n])
+		}
+	}
+	allocate := func(args ...string) (mcOutput, string, error) {
+		out, err := runClient(ctx, "allocate", addr["onprem"], certsDir, append([]string{"--identity", "caller"}, args...)...)
+		var r mcOutput
+		if err == nil {
+			if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
+				t.Fatalf("allocate output: %v\n%s", jerr, out)
+			}
+		}
+		return r, out, err
+	}
+
+	// On-prem's two servers first, then the cloud.
+	bySource := map[string][]string{}
+	for i := range 10 {
+		r, out, err := allocate("--policy-selector", "route=burst")
+		if err != nil {
+			t.Fatalf("allocation %d: %v\n%s", i, err, out)
+		}
+		want := "local"
+		if i >= 2 {
+			want = "cloud"
+		}
+		switch {
+		case want == "local" && r.Source != "local":
+			t.Fatalf("allocation %d came from %q, want local (on-prem has servers left)", i, r.Source)
+		case want == "cloud" && r.Source != addr["cloud-a"] && r.Source != addr["cloud-b"]:
+			t.Fatalf("allocation %d came from %q, want a cloud allocator (%s or %s)", i, r.Source, addr["cloud-a"], addr["cloud-b"])
+		}
+		bySource[r.Source] = append(bySource[r.Source], r.GameServerName)
+	}
+	// The cloud allocators hold what they answered, owned by the identity
+	// the forwarder presented.
+	for _, n := range []string{"cloud-a", "cloud-b"} {
+		out, err := runClient(ctx, "list", addr[n], certsDir, "--identity", "forwarder")
+		if err != nil {
+			t.Fatalf("qm list on %s: %v\n%s", n, err, out)
+		}
+		for _, name := range bySource[addr[n]] {
+			if !strings.Contains(out, name) {
+				t.Errorf("%s does not list %s, which it answered:\n%s", n, name, out)
+			}
+		}
+		if got, want := strings.Count(out, `"gameServerName"`), len(bySource[addr[n]]); got != want {
+			t.Errorf("%s lists %d allocations, answered %d:\n%s", n, got, want, out)
+		}
+	}
+
+	// A selector no policy matches: InvalidArgument naming it.
+	if _, out, err := allocate("--policy-selector", "route=nowhere"); err == nil ||
+		!strings.Contains(out, `namespace "default"`) || !strings.Contains(out, "route=nowhere") || !strings.Contains(out, "InvalidArgument") {
+		t.Fatalf("unmatched selector: %v\n%s", err, out)
+	}
+
+	// cloud-a goes down: requests still succeed, from cloud-b.
+	if err := procs["cloud-a"].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = procs["cloud-a"].wait(t, 10*time.Second)
+	// cloud-a is tried first for three requests in four (weight 300:100);
+	// one try is enough to open its breaker (3 failed rounds), after which
+	// it is skipped.
+	opened := func() bool {
+		for _, m := range procs["onprem"].logLines() {
+			if m["msg"] == "forwarding breaker changed state" && m["endpoint"] == addr["cloud-a"] && m["to"] == "open" {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < 20 && !opened(); i++ {
+		r, out, err := allocate("--policy-selector", "route=burst")
+		if err != nil {
+			t.Fatalf("with cloud-a down, allocation %d: %v\n%s", i, err, out)
+		}
+		if r.Source != addr["cloud-b"] {
+			t.Fatalf("with cloud-a down, allocation %d came from %q, want cloud-b %s", i, r.Source, addr["cloud-b"])
+		}
+	}
+	procs["onprem"].waitLog(t, 5*time.Second, "forwarding breaker changed state", func(m map[string]any) bool {
+		return m["endpoint"] == addr["cloud-a"] && m["to"] == "open"
+	})
+	// With the breaker open, a request skips cloud-a without waiting.
+	start := time.Now()
+	if r, out, err := allocate("--policy-selector", "route=burst"); err != nil || r.Source != addr["cloud-b"] {
+		t.Fatalf("with cloud-a's breaker open: %v %q\n%s", err, r.Source, out)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("with cloud-a's breaker open a request took %v, as long as a forward timeout", d)
+	}
+}
