@@ -11,6 +11,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/quartermaster-dev/quartermaster/certs"
+	"github.com/quartermaster-dev/quartermaster/kindcluster"
 )
 
 // mcOutput is the part of `qm allocate`'s JSON a multi-cluster test reads.
@@ -199,5 +208,176 @@ func TestMultiClusterExample(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("with cloud-a's breaker open a request took %v, as long as a forward timeout", d)
+	}
+}
+
+// TestMultiClusterKubernetes forwards between two `qm serve --backend
+// kubernetes` processes, each on its own real API server, with the
+// policies and the connection Secret as objects there (no --policies
+// file): cluster a allocates locally first; an edit of its policies with
+// the API moves the next requests to cluster b, without a restart. Each
+// outcome is checked on the GameServer objects of the cluster that
+// answered.
+func TestMultiClusterKubernetes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two API servers")
+	}
+	ca := kindcluster.NewForTest(t, kindcluster.Options{Name: "mc-a", EtcdUnsafeNoFsync: true})
+	cb := kindcluster.NewForTest(t, kindcluster.Options{Name: "mc-b", EtcdUnsafeNoFsync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	certsDir := filepath.Join(dir, "certs")
+	var o, e bytes.Buffer
+	if err := commands["certs"].run(ctx, []string{"--dir", certsDir, "--hosts", "localhost,127.0.0.1", "--clients", "caller,forwarder"}, &o, &e); err != nil {
+		t.Fatalf("qm certs: %v\n%s", err, e.String())
+	}
+	addrA, addrB := freePort(t), freePort(t)
+
+	policyA := func(name, cluster string, priority int64, endpoint string) *unstructured.Unstructured {
+		info := map[string]any{"clusterName": cluster}
+		if endpoint != "" {
+			info["allocationEndpoints"] = []any{endpoint}
+			info["secretName"] = "to-b"
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "multicluster.agones.dev/v1", "kind": "GameServerAllocationPolicy",
+			"metadata": map[string]any{"name": name, "namespace": "default", "labels": map[string]any{"route": "burst"}},
+			"spec":     map[string]any{"priority": priority, "weight": int64(100), "connectionInfo": info},
+		}}
+	}
+	pols := schema.GroupVersionResource{Group: "multicluster.agones.dev", Version: "v1", Resource: "gameserverallocationpolicies"}
+	dynA, err := ca.Dynamic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynB, err := cb.Dynamic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		dyn dynamic.Interface
+		u   *unstructured.Unstructured
+	}{
+		{dynA, policyA("a", "a", 1, "")},
+		{dynA, policyA("b", "b", 2, addrB)},
+		{dynB, policyA("b", "b", 1, "")},
+	} {
+		if _, err := x.dyn.Resource(pols).Namespace("default").Create(ctx, x.u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	csA, err := ca.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := certs.Layout{Dir: certsDir}
+	data := map[string][]byte{}
+	for key, path := range map[string]string{"tls.crt": l.ClientCert("forwarder"), "tls.key": l.ClientKey("forwarder"), "ca.crt": l.CACert()} {
+		if data[key], err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := csA.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "to-b"}, Data: data}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	exited := make(chan error, 2)
+	var agentErr syncBuf
+	for _, c := range []*kindcluster.Cluster{ca, cb} {
+		if out, err := c.Kubectl(ctx, "apply", "-f", filepath.Join("..", "..", "examples", "fleet.yaml")); err != nil {
+			t.Fatalf("kubectl apply: %v\n%s", err, out)
+		}
+		go func() {
+			exited <- commands["agent"].run(runCtx, []string{"--kubeconfig", c.KubeconfigPath(), "--startup", "100ms",
+				"--interval", "100ms", "--session", "0"}, &bytes.Buffer{}, &agentErr)
+		}()
+	}
+	defer func() {
+		stop()
+		for range 2 {
+			if err := <-exited; err != nil {
+				t.Errorf("qm agent ended with %v\n%s", err, agentErr.String())
+			}
+		}
+	}()
+	serve := func(name string, c *kindcluster.Cluster, addr string) *qmProcess {
+		ready := filepath.Join(dir, name+"-ready.json")
+		p := startQM(t, "serve", "--backend", "kubernetes", "--kubeconfig", c.KubeconfigPath(),
+			"--addr", addr, "--http-addr", "", "--log-format", "json", "--cluster-name", name,
+			"--tls-dir", filepath.Join(certsDir, "server"), "--client-ca-dir", filepath.Join(certsDir, "client-ca"),
+			"--forward-timeout", "5s", "--ready-file", ready)
+		waitReady(t, p, ready)
+		return p
+	}
+	procA := serve("a", ca, addrA)
+	serve("b", cb, addrB)
+	procA.waitLog(t, 30*time.Second, "multi-cluster policies listed from the API server", nil)
+
+	allocate := func() (mcOutput, string, error) {
+		out, err := runClient(ctx, "allocate", addrA, certsDir, "--identity", "caller",
+			"--policy-selector", "route=burst", "--selector", "agones.dev/fleet=simple-game")
+		var r mcOutput
+		if err == nil {
+			if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
+				t.Fatalf("allocate output: %v\n%s", jerr, out)
+			}
+		}
+		return r, out, err
+	}
+	onAPIServer := func(c *kindcluster.Cluster, name, owner string) {
+		t.Helper()
+		out, err := c.Kubectl(ctx, "get", "gameserver", name, "-n", "default", "-o",
+			`jsonpath={.status.state} {.metadata.annotations.quartermaster\.dev/owner}`)
+		if err != nil || string(out) != "Allocated "+owner {
+			t.Fatalf("gameserver %s on %s: %v %q, want Allocated by %s", name, c.Name(), err, out, owner)
+		}
+	}
+	// The agents need a moment to make the servers Ready.
+	var r mcOutput
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var out string
+		if r, out, err = allocate(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("allocate on a: %v\n%s\n%s", err, out, procA.stderr.String())
+		}
+	}
+	if r.Source != "local" {
+		t.Fatalf("first allocation came from %q, want local", r.Source)
+	}
+	onAPIServer(ca, r.GameServerName, "caller")
+
+	// b first from now on: a's local policy drops below it.
+	u, err := dynA.Resource(pols).Namespace("default").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(u.Object, int64(3), "spec", "priority"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynA.Resource(pols).Namespace("default").Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r, out, err := allocate()
+		if err != nil {
+			t.Fatalf("allocate after the edit: %v\n%s", err, out)
+		}
+		if r.Source == addrB {
+			// Forwarded: allocated on b's API server, by the identity of
+			// the Secret's certificate, and not on a's.
+			onAPIServer(cb, r.GameServerName, "forwarder")
+			if _, err := ca.Kubectl(ctx, "get", "gameserver", r.GameServerName, "-n", "default"); err == nil {
+				t.Fatalf("gameserver %s answered by b also exists on a", r.GameServerName)
+			}
+			break
+		}
+		onAPIServer(ca, r.GameServerName, "caller")
+		if time.Now().After(deadline) {
+			t.Fatalf("the policy edit was not applied within 20s; last source %q", r.Source)
+		}
 	}
 }
