@@ -1,0 +1,373 @@
+package helm_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/cli/values"
+	"helm.sh/helm/v4/pkg/engine"
+	"helm.sh/helm/v4/pkg/getter"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from the chart")
+
+const (
+	chartDir  = "quartermaster"
+	release   = "qm"
+	kubeMinor = "v1.36.3" // the API server the tests run against
+)
+
+// variant is one way of installing the chart: the values files and --set
+// values a user would pass, and the namespace they install into.
+type variant struct {
+	name      string
+	namespace string
+	files     []string
+	set       []string
+}
+
+// The golden variants: defaults; in place of Agones' allocator with the
+// chart's own values file; and every optional part switched on.
+var variants = []variant{
+	{name: "default", namespace: "quartermaster"},
+	{name: "agones", namespace: "agones-system", files: []string{filepath.Join(chartDir, "values-agones.yaml")}},
+	{name: "full", namespace: "quartermaster", files: []string{filepath.Join("testdata", "values-full.yaml")}},
+}
+
+func kubeVersion(t testing.TB) *common.KubeVersion {
+	t.Helper()
+	kv, err := common.ParseKubeVersion(kubeMinor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// render does what `helm template` does with -f files and --set values:
+// merge the user's values, check them against values.schema.json, render
+// every template. It returns the manifests in a stable order (template
+// path, then document order), each under a "# Source:" line as helm prints
+// them.
+func render(t testing.TB, namespace string, files, set []string) (string, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+	opts := values.Options{ValueFiles: files, Values: set}
+	user, err := opts.MergeValues(getter.Providers{})
+	if err != nil {
+		t.Fatalf("values: %v", err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kubeVersion(t)
+	vals, err := chartutil.ToRenderValuesWithSchemaValidation(ch, user,
+		common.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}, caps, false)
+	if err != nil {
+		return "", err
+	}
+	out, err := engine.Render(ch, vals)
+	if err != nil {
+		return "", err
+	}
+	paths := make([]string, 0, len(out))
+	for p := range out {
+		if strings.HasSuffix(p, ".yaml") {
+			paths = append(paths, p)
+		}
+	}
+	sort.Strings(paths)
+	var b strings.Builder
+	for _, p := range paths {
+		for _, doc := range splitDocs(out[p]) {
+			fmt.Fprintf(&b, "---\n# Source: %s\n%s\n", p, doc)
+		}
+	}
+	return b.String(), nil
+}
+
+// splitDocs returns the non-empty YAML documents of a rendered template,
+// trimmed (a document of comments only is empty too: Helm drops those).
+func splitDocs(s string) []string {
+	var docs []string
+	for _, d := range strings.Split("\n"+s, "\n---") {
+		d = strings.TrimSpace(d)
+		if d == "" || onlyComments(d) {
+			continue
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+func onlyComments(doc string) bool {
+	for _, l := range strings.Split(doc, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
+}
+
+func mustRender(t testing.TB, v variant) string {
+	t.Helper()
+	out, err := render(t, v.namespace, v.files, v.set)
+	if err != nil {
+		t.Fatalf("render %s: %v", v.name, err)
+	}
+	return out
+}
+
+func goldenPath(name string) string { return filepath.Join("testdata", name+".golden.yaml") }
+
+// TestGolden compares each variant's rendering with its golden file (go test
+// -update rewrites them; read the diff before committing it). cmd/qm's
+// TestHelmChartArgs parses the allocator arguments in these files with qm
+// serve's own flag set, so the goldens are also what ties the chart to the
+// binary.
+func TestGolden(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			got := mustRender(t, v)
+			if *update {
+				if err := os.WriteFile(goldenPath(v.name), []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(goldenPath(v.name))
+			if err != nil {
+				t.Fatalf("%v (run go test -update to write it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("rendering differs from %s (go test -update rewrites it):\n%s", goldenPath(v.name), lineDiff(string(want), got))
+			}
+		})
+	}
+}
+
+// lineDiff is a short first-difference report, enough to find the change.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n  want %q\n  got  %q", i+1, wl, gl)
+		}
+	}
+	return "(no line differs)"
+}
+
+// TestLint runs `helm lint`'s rules (Chart.yaml, values against the
+// schema, every template rendered and parsed, CRDs) for each variant's
+// values, and fails on anything above INFO.
+func TestLint(t *testing.T) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			opts := values.Options{ValueFiles: v.files, Values: v.set}
+			user, err := opts.MergeValues(getter.Providers{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := lint.RunAll(chartDir, user, v.namespace, lint.WithKubeVersion(kubeVersion(t)))
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("lint: %s", m)
+				} else {
+					t.Logf("lint: %s", m)
+				}
+			}
+		})
+	}
+	// And the same rules do fail a bad value, naming it.
+	res := lint.RunAll(chartDir, map[string]any{"replicas": 0}, "quartermaster", lint.WithKubeVersion(kubeVersion(t)))
+	if res.HighestSeverity < support.ErrorSev || !strings.Contains(fmt.Sprint(res.Messages), "/replicas") {
+		t.Errorf("lint accepted replicas: 0: %v", res.Messages)
+	}
+}
+
+// TestSchemaRefusesBadValues: a wrong value fails before anything is
+// rendered, and the message names the field.
+func TestSchemaRefusesBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		set   string
+		field string // what the error must name
+	}{
+		{"replicas=0", "replicas"},
+		{"replicas=three", "replicas"},
+		{"replica=3", "replica"}, // a typo: unknown keys are refused
+		{"service.type=Loadbalancer", "/service/type"},
+		{"service.port=70000", "/service/port"},
+		{"service.annotations.foo=1", "/service/annotations/foo"},
+		{"image.pullPolicy=Sometimes", "/image/pullPolicy"},
+		{"watchNamespace=Games!", "/watchNamespace"},
+		{"serve.drainDelay=5 seconds", "/serve/drainDelay"},
+		{"serve.logFormat=xml", "/serve/logFormat"},
+		{"installCRDs=maybe", "/installCRDs"},
+		{"limits.config.identites.x.admin=true", "identites"},
+		{"tls.certManager.issuerRef.kind=ClusterIssuer", "/tls/certManager/issuerRef"},
+		{"loadgen.shards=0", "/loadgen/shards"},
+		{"metrics.serviceMonitor.enable=true", "enable"},
+		{"name=QM_Allocator", "/name"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			_, err := render(t, "quartermaster", nil, []string{tc.set})
+			if err == nil {
+				t.Fatalf("--set %s was accepted", tc.set)
+			}
+			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("--set %s: error does not name %q as a schema failure:\n%v", tc.set, tc.field, err)
+			}
+		})
+	}
+}
+
+// TestChartCRDsMatchDeploy: the chart carries copies of deploy/crds (a
+// chart cannot read files outside its directory); they must not drift.
+func TestChartCRDsMatchDeploy(t *testing.T) {
+	src, err := filepath.Glob(filepath.Join("..", "crds", "*.yaml"))
+	if err != nil || len(src) == 0 {
+		t.Fatalf("deploy/crds: %v, %d files", err, len(src))
+	}
+	copies, err := filepath.Glob(filepath.Join(chartDir, "files", "crds", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(copies) != len(src) {
+		t.Errorf("chart has %d CRD files, deploy/crds %d: copy deploy/crds/*.yaml to %s/files/crds/", len(copies), len(src), chartDir)
+	}
+	for _, s := range src {
+		want, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(chartDir, "files", "crds", filepath.Base(s)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s/files/crds/%s differs from deploy/crds (%v): copy it again", chartDir, filepath.Base(s), err)
+		}
+	}
+}
+
+// object is the part of a rendered object the tests look at.
+type object struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name        string            `yaml:"name"`
+		Namespace   string            `yaml:"namespace"`
+		Annotations map[string]string `yaml:"annotations"`
+	} `yaml:"metadata"`
+	Data map[string]string `yaml:"data"`
+	raw  yaml.Node
+}
+
+func objects(t testing.TB, manifests string) []object {
+	t.Helper()
+	dec := yaml.NewDecoder(strings.NewReader(manifests))
+	var out []object
+	for {
+		var o object
+		if err := dec.Decode(&o.raw); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("rendered YAML does not parse: %v", err)
+		}
+		if err := o.raw.Decode(&o); err != nil {
+			t.Fatal(err)
+		}
+		if o.Kind == "" {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func find(objs []object, kind, name string) *object {
+	for i := range objs {
+		if objs[i].Kind == kind && objs[i].Metadata.Name == name {
+			return &objs[i]
+		}
+	}
+	return nil
+}
+
+// TestRenderedParts checks what the goldens cannot say on their own: the
+// parts that depend on values are there or not, and the limits file the
+// chart writes is there.
+func TestRenderedParts(t *testing.T) {
+	def := objects(t, mustRender(t, variants[0]))
+	for _, want := range []struct{ kind, name string }{
+		{"ServiceAccount", "qm-allocator"}, {"ClusterRole", "qm-allocator"}, {"ClusterRoleBinding", "qm-allocator"},
+		{"Role", "qm-allocator-remote-certs"}, {"RoleBinding", "qm-allocator-remote-certs"},
+		{"Role", "qm-allocator-membership"}, {"RoleBinding", "qm-allocator-membership"},
+		{"StatefulSet", "qm-allocator"}, {"Service", "qm-allocator"}, {"Service", "qm-allocator-pods"},
+		{"CustomResourceDefinition", "gameservers.agones.dev"}, {"CustomResourceDefinition", "fleets.agones.dev"},
+		{"CustomResourceDefinition", "gameserverallocationpolicies.multicluster.agones.dev"},
+	} {
+		if find(def, want.kind, want.name) == nil {
+			t.Errorf("default rendering lacks %s %s", want.kind, want.name)
+		}
+	}
+	for _, o := range def {
+		if o.Kind == "CustomResourceDefinition" && o.Metadata.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD %s would be deleted with the release (no keep policy)", o.Metadata.Name)
+		}
+		switch o.Kind {
+		case "Job", "ConfigMap", "Certificate", "Issuer", "ServiceMonitor":
+			t.Errorf("default rendering has an optional %s %s", o.Kind, o.Metadata.Name)
+		}
+	}
+
+	ag := objects(t, mustRender(t, variants[1]))
+	if svc := find(ag, "Service", "agones-allocator"); svc == nil || svc.Metadata.Namespace != "agones-system" {
+		t.Errorf("values-agones.yaml: no Service agones-allocator in agones-system")
+	}
+	for _, o := range ag {
+		if o.Kind == "CustomResourceDefinition" {
+			t.Errorf("values-agones.yaml installs CRD %s, which Agones owns", o.Metadata.Name)
+		}
+	}
+
+	full := objects(t, mustRender(t, variants[2]))
+	// cmd/qm's TestHelmChartArgs parses this file with the allocator's
+	// own parser (from the golden file).
+	if cm := find(full, "ConfigMap", "qm-allocator-limits"); cm == nil || !strings.Contains(cm.Data["limits.yaml"], "kind: AllocatorLimits") {
+		t.Error("full rendering has no limits ConfigMap with an AllocatorLimits file")
+	}
+	for _, want := range []struct{ kind, name string }{
+		{"Job", "qm-allocator-load"}, {"ServiceMonitor", "qm-allocator"}, {"Issuer", "qm-allocator-selfsigned"},
+		{"Issuer", "qm-allocator-ca"}, {"Certificate", "qm-allocator-ca"}, {"Certificate", "qm-allocator-tls"},
+		{"Certificate", "qm-allocator-load-client"},
+	} {
+		if find(full, want.kind, want.name) == nil {
+			t.Errorf("full rendering lacks %s %s", want.kind, want.name)
+		}
+	}
+	if rb := find(full, "RoleBinding", "qm-allocator"); rb == nil || rb.Metadata.Namespace != "games" {
+		t.Errorf("watchNamespace=games: no RoleBinding qm-allocator in games")
+	}
+	if find(full, "ClusterRoleBinding", "qm-allocator") != nil {
+		t.Errorf("watchNamespace=games still binds the ClusterRole cluster-wide")
+	}
+}
