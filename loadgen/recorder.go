@@ -49,33 +49,41 @@ func NewRecorder() *Recorder {
 	return &Recorder{hist: NewHistogram(), late: NewHistogram(), codes: map[codes.Code]int64{}}
 }
 
-func (r *Recorder) at(s int) *second {
+// grow returns second s's entry, adding seconds up to it.
+func (r *Recorder) grow(s int) *second {
 	if s < 0 {
 		s = 0
 	}
 	for len(r.seconds) <= s {
 		r.seconds = append(r.seconds, second{point: Point{Second: len(r.seconds)}})
 	}
-	if s < r.done {
-		// A late request for a second already encoded: open it again
-		// (and the ones after it, which Flush encodes in order).
-		for i := s; i < r.done; i++ {
-			sec := &r.seconds[i]
-			if sec.point.Histogram != "" {
-				sec.hist, _ = DecodeHistogram(sec.point.Histogram) // we encoded it
-				sec.point.Histogram = ""
-			}
-		}
-		r.done = s
-	}
 	return &r.seconds[s]
+}
+
+// at returns second s's entry ready for another request: a second already
+// encoded is opened again (its histogram decoded), and Flush encodes it
+// and the ones after it again in order. Only s itself is decoded: the
+// later seconds keep their encoded histograms, which finish leaves alone.
+// (Decoding them all, as counting a turn's time at the end of a long run
+// once did, held every second's histogram at once: memory that grew with
+// the run's length.)
+func (r *Recorder) at(s int) *second {
+	sec := r.grow(s)
+	if s < r.done {
+		if sec.point.Histogram != "" {
+			sec.hist, _ = DecodeHistogram(sec.point.Histogram) // we encoded it
+			sec.point.Histogram = ""
+		}
+		r.done = max(s, 0)
+	}
+	return sec
 }
 
 // Intend counts n requests the schedule asked for in second s.
 func (r *Recorder) Intend(s int, n int64) {
 	r.mu.Lock()
 	r.intended += n
-	r.at(s).point.Intended += n
+	r.grow(s).point.Intended += n // counts only: no need to reopen it
 	r.mu.Unlock()
 }
 
@@ -108,7 +116,9 @@ func (r *Recorder) Dispatch(s int) {
 func (r *Recorder) Active(s int, d time.Duration) {
 	r.mu.Lock()
 	r.active += d
-	r.at(s).point.ActiveSeconds += d.Seconds()
+	// Counts only: an encoded second stays encoded (Result works out
+	// every second's throughput from its active time at the end).
+	r.grow(s).point.ActiveSeconds += d.Seconds()
 	r.mu.Unlock()
 }
 
@@ -246,7 +256,11 @@ func (r *Recorder) Result(cfg TargetConfig) TargetResult {
 	t.Histogram, _ = EncodeHistogram(r.hist)
 	t.SendLatenessHistogram, _ = EncodeHistogram(r.late)
 	for i := range r.seconds {
-		t.Series[i] = r.seconds[i].point
+		p := r.seconds[i].point
+		if p.ActiveSeconds > 0 {
+			p.Throughput = float64(p.OK) / p.ActiveSeconds
+		}
+		t.Series[i] = p
 	}
 	return t
 }
