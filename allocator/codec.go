@@ -10,8 +10,10 @@ import (
 )
 
 // codec is the gRPC server's codec: grpc-go's own protobuf codec, except
-// that AllocationResponses, the one message sent per allocation, are
-// written by wire.AppendResponse. The proto library encodes their label and
+// that allocation answers, the one message sent per allocation, are
+// written by hand: a local allocation's straight from the game server
+// (wire.AppendGameServerResponse, see localAnswer), a forwarded one's by
+// wire.AppendResponse. The proto library encodes their label and
 // annotation maps through reflection, with heap allocations per entry; on
 // the memory backend that was most of the allocations a request made
 // outside gRPC itself, and the garbage collector's work grows with them.
@@ -22,18 +24,31 @@ type codec struct {
 func newCodec() *codec { return &codec{proto: encoding.GetCodecV2(protocodec.Name)} }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(*allocation.AllocationResponse)
-	if !ok || !wire.ResponseFastPath(m) {
-		return c.proto.Marshal(v)
+	switch m := v.(type) {
+	case *localAnswer:
+		// The AllocationResponse describing m.gs (responseFor's), written
+		// without building it.
+		return encoded(wire.GameServerResponseSize(m.gs, wire.SourceLocal), func(b []byte) []byte {
+			return wire.AppendGameServerResponse(b, m.gs, wire.SourceLocal)
+		}), nil
+	case *allocation.AllocationResponse:
+		if wire.ResponseFastPath(m) {
+			return encoded(wire.ResponseSize(m), func(b []byte) []byte { return wire.AppendResponse(b, m) }), nil
+		}
 	}
-	size := wire.ResponseSize(m)
+	return c.proto.Marshal(v)
+}
+
+// encoded returns size bytes written by appendTo, in a pooled buffer when
+// gRPC would pool one (as its proto codec does).
+func encoded(size int, appendTo func([]byte) []byte) mem.BufferSlice {
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(wire.AppendResponse(make([]byte, 0, size), m))}, nil
+		return mem.BufferSlice{mem.SliceBuffer(appendTo(make([]byte, 0, size)))}
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
-	*buf = wire.AppendResponse((*buf)[:0], m)
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	*buf = appendTo((*buf)[:0])
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }

@@ -23,6 +23,39 @@ func RegisterGRPC(s *grpc.Server, svc *Service, t *mtls.Server) {
 	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
 }
 
+// registerGRPCDirect is RegisterGRPC for a grpc.Server that uses codec
+// (Server's own): Allocate answers a local allocation with a *localAnswer,
+// which only that codec knows how to write. The service is the same
+// allocation.AllocationService, method for method.
+func registerGRPCDirect(s *grpc.Server, svc *Service, t *mtls.Server) {
+	desc := allocation.AllocationService_ServiceDesc
+	desc.Methods = []grpc.MethodDesc{{MethodName: "Allocate", Handler: allocateDirect}}
+	s.RegisterService(&desc, &grpcAllocation{svc: svc, tls: t})
+	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
+}
+
+// allocateDirect is the generated Allocate handler with the answer left
+// to the codec (see localAnswer).
+func allocateDirect(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(allocation.AllocationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	g := srv.(*grpcAllocation)
+	call := func(ctx context.Context, req any) (any, error) {
+		id, err := identify(g.tls, ctx)
+		if err != nil {
+			return nil, err
+		}
+		return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
+	}
+	if interceptor == nil {
+		return call(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: allocation.AllocationService_Allocate_FullMethodName}
+	return interceptor(ctx, in, info, call)
+}
+
 // grpcAllocation is allocation.AllocationService, exactly Agones' API.
 type grpcAllocation struct {
 	allocation.UnimplementedAllocationServiceServer

@@ -99,7 +99,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 		creds = mtls.HandshakenCredentials()
 	}
 	s.grpc = newGRPCServer(creds, o, s.log)
-	RegisterGRPC(s.grpc, o.Service, o.TLS)
+	registerGRPCDirect(s.grpc, o.Service, o.TLS)
 	s.hs = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.hs)
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

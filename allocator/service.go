@@ -155,6 +155,32 @@ func (s *Service) Allocate(ctx context.Context, identity string, in *allocation.
 	return resp, err
 }
 
+// localAnswer is the gRPC answer to an allocation this allocator made
+// itself: the server, encoded by the gRPC server's codec straight into the
+// response's bytes (wire.AppendGameServerResponse) instead of through an
+// AllocationResponse message built for the purpose.
+type localAnswer struct {
+	gs *core.GameServer
+}
+
+// allocateAnswer is Allocate for the gRPC server: a *localAnswer for a
+// local allocation, the AllocationResponse of a forwarded one.
+func (s *Service) allocateAnswer(ctx context.Context, identity string, in *allocation.AllocationRequest) (any, error) {
+	start := time.Now()
+	s.metrics.InFlight.Inc()
+	defer s.metrics.InFlight.Dec()
+
+	ns, fleet, gs, resp, retries, err := s.allocateAny(ctx, identity, in)
+	s.observe(ctx, identity, start, ns, fleet, retries, err)
+	switch {
+	case err != nil:
+		return nil, err
+	case gs != nil:
+		return &localAnswer{gs: gs}, nil
+	}
+	return resp, nil
+}
+
 // refuse records a request that failed before it could be decoded (a REST
 // body that is not an AllocationRequest) and returns err.
 func (s *Service) refuse(ctx context.Context, identity string, err error) error {
@@ -185,30 +211,41 @@ func (s *Service) observe(ctx context.Context, identity string, start time.Time,
 }
 
 func (s *Service) allocate(ctx context.Context, identity string, in *allocation.AllocationRequest) (ns, fleet string, _ *allocation.AllocationResponse, retries int, _ error) {
+	ns, fleet, gs, resp, retries, err := s.allocateAny(ctx, identity, in)
+	if gs != nil {
+		resp = responseFor(gs, wire.SourceLocal)
+	}
+	return ns, fleet, resp, retries, err
+}
+
+// allocateAny serves one request: the server when this allocator
+// allocated it, the response when it was forwarded.
+func (s *Service) allocateAny(ctx context.Context, identity string, in *allocation.AllocationRequest) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
 	ns = in.GetNamespace()
 	if ns == "" {
 		ns = core.DefaultNamespace
 	}
 	if err := ctx.Err(); err != nil {
-		return ns, "", nil, 0, contextStatus(err)
+		return ns, "", nil, nil, 0, contextStatus(err)
 	}
 	req, err := wire.RequestToCore(in)
 	if err != nil {
-		return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+		return ns, "", nil, nil, 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if s.multi != nil {
 		if err := s.multi.Crossed(ctx); err != nil {
-			return ns, "", nil, 0, err
+			return ns, "", nil, nil, 0, err
 		}
 		if req.MultiCluster.Enabled {
-			return s.multiCluster(ctx, identity, ns, in, req)
+			ns, fleet, resp, retries, err := s.multiCluster(ctx, identity, ns, in, req)
+			return ns, fleet, nil, resp, retries, err
 		}
 	}
 	if req.MultiCluster.Enabled {
 		// This allocator has no multi-cluster policies (no forwarder is
 		// configured). Agones answers 500 here; the caller's request is
 		// what cannot be served, so say so.
-		return ns, "", nil, 0, status.Errorf(codes.InvalidArgument,
+		return ns, "", nil, nil, 0, status.Errorf(codes.InvalidArgument,
 			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector: this allocator has no multi-cluster policies", ns)
 	}
 
@@ -226,11 +263,11 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 		if errors.As(err, &le) {
 			s.metrics.Rejections.WithLabelValues(le.reason).Inc()
 			if le.permission {
-				return ns, "", nil, 0, status.Error(codes.PermissionDenied, le.msg)
+				return ns, "", nil, nil, 0, status.Error(codes.PermissionDenied, le.msg)
 			}
-			return ns, "", nil, 0, status.Error(codes.ResourceExhausted, le.msg)
+			return ns, "", nil, nil, 0, status.Error(codes.ResourceExhausted, le.msg)
 		}
-		return ns, "", nil, 0, status.Error(codes.Internal, err.Error())
+		return ns, "", nil, nil, 0, status.Error(codes.Internal, err.Error())
 	}
 	var got *core.GameServer
 	defer h.done()
@@ -246,7 +283,7 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 
 	nreq, err := core.Normalize(&req)
 	if err != nil {
-		return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+		return ns, "", nil, nil, 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if fl, ok := selectorFleet(nreq); ok {
 		fleet = fl
@@ -264,13 +301,13 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 	if err != nil {
 		if atLimit != nil && errors.Is(err, core.ErrNoMatch) {
 			s.metrics.Rejections.WithLabelValues(atLimit.reason).Inc()
-			return ns, fleet, nil, retries, status.Error(codes.ResourceExhausted, atLimit.msg)
+			return ns, fleet, nil, nil, retries, status.Error(codes.ResourceExhausted, atLimit.msg)
 		}
-		return ns, fleet, nil, retries, s.allocateStatus(err, nreq)
+		return ns, fleet, nil, nil, retries, s.allocateStatus(err, nreq)
 	}
 	got = a.GameServer
 	fleet = got.Labels[core.FleetLabel]
-	return ns, fleet, responseFor(got, wire.SourceLocal), retries, nil
+	return ns, fleet, got, nil, retries, nil
 }
 
 // withOwner returns annotations plus the owner's. The common request sets

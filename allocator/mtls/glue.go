@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -21,11 +22,18 @@ func (s *Server) Identify(ctx context.Context) (string, error) {
 	if s.opts.Mode != ModeMTLS {
 		return s.opts.DefaultIdentity, nil
 	}
-	cs, ok := ConnectionStateFromContext(ctx)
+	// As ConnectionStateFromContext, but the TLS state stays in this
+	// frame: returning a pointer into it would move the whole
+	// ConnectionState to the heap on every request.
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return "", ErrNoTLS
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
 		return "", ErrNoTLS
 	}
-	return s.identifyState(cs)
+	return s.identifyState(&info.State)
 }
 
 // identifyState derives the identity of a verified connection and checks it

@@ -5,6 +5,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // Field numbers of AllocationResponse and its nested messages, as in
@@ -286,4 +287,116 @@ func appendInt32(b []byte, num protowire.Number, v int32) []byte {
 	}
 	b = protowire.AppendTag(b, num, protowire.VarintType)
 	return protowire.AppendVarint(b, uint64(int64(v)))
+}
+
+// GameServerResponseSize is the length of AppendGameServerResponse's
+// encoding.
+func GameServerResponseSize(gs *core.GameServer, source string) int {
+	n := sizeString(fRespGameServerName, gs.Name)
+	for _, p := range gs.Ports {
+		n += sizeMessage(fRespPorts, sizeString(fPortName, p.Name)+sizeInt32(fPortPort, p.Port))
+	}
+	n += sizeString(fRespAddress, gs.Address)
+	n += sizeString(fRespNodeName, gs.NodeName)
+	n += sizeString(fRespSource, source)
+	n += sizeMessage(fRespMetadata, sizeStringMap(fMetaLabels, gs.Labels)+sizeStringMap(fMetaAnnots, gs.Annotations))
+	for _, a := range gs.Addresses {
+		n += sizeMessage(fRespAddresses, sizeString(fAddrType, a.Type)+sizeString(fAddrAddress, a.Address))
+	}
+	for k, c := range gs.Counters {
+		n += sizeMessage(fRespCounters, sizeMapKey(k)+sizeMessage(fMapValue, coreCounterSize(c)))
+	}
+	for k, l := range gs.Lists {
+		n += sizeMessage(fRespLists, sizeMapKey(k)+sizeMessage(fMapValue, coreListSize(l)))
+	}
+	return n
+}
+
+// AppendGameServerResponse appends the protobuf encoding of
+// ResponseFromCore(gs, source) to b, without building the message: the
+// allocator's gRPC answer to an allocation it made itself. Map entries come
+// in Go's map order, as proto.Marshal's do.
+func AppendGameServerResponse(b []byte, gs *core.GameServer, source string) []byte {
+	b = appendString(b, fRespGameServerName, gs.Name)
+	for _, p := range gs.Ports {
+		b = protowire.AppendTag(b, fRespPorts, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeString(fPortName, p.Name)+sizeInt32(fPortPort, p.Port)))
+		b = appendString(b, fPortName, p.Name)
+		b = appendInt32(b, fPortPort, p.Port)
+	}
+	b = appendString(b, fRespAddress, gs.Address)
+	b = appendString(b, fRespNodeName, gs.NodeName)
+	b = appendString(b, fRespSource, source)
+	// Metadata is always present (ResponseFromCore's promise to clients).
+	b = protowire.AppendTag(b, fRespMetadata, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(sizeStringMap(fMetaLabels, gs.Labels)+sizeStringMap(fMetaAnnots, gs.Annotations)))
+	b = appendStringMap(b, fMetaLabels, gs.Labels)
+	b = appendStringMap(b, fMetaAnnots, gs.Annotations)
+	for _, a := range gs.Addresses {
+		b = protowire.AppendTag(b, fRespAddresses, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeString(fAddrType, a.Type)+sizeString(fAddrAddress, a.Address)))
+		b = appendString(b, fAddrType, a.Type)
+		b = appendString(b, fAddrAddress, a.Address)
+	}
+	for k, c := range gs.Counters {
+		cs := coreCounterSize(c)
+		b = protowire.AppendTag(b, fRespCounters, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, cs)))
+		b = appendMapKey(b, k)
+		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(cs))
+		b = appendInt64(b, fCounterCount, c.Count)
+		b = appendInt64(b, fCounterCapacity, c.Capacity)
+	}
+	for k, l := range gs.Lists {
+		ls := coreListSize(l)
+		b = protowire.AppendTag(b, fRespLists, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, ls)))
+		b = appendMapKey(b, k)
+		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(ls))
+		for _, v := range l.Values {
+			b = protowire.AppendTag(b, fListValues, protowire.BytesType)
+			b = protowire.AppendString(b, v)
+		}
+		b = appendInt64(b, fListCapacity, l.Capacity)
+	}
+	return b
+}
+
+// A counter's count and capacity, and a list's capacity, are always sent
+// (as present wrappers), zero or not.
+func coreCounterSize(c core.Counter) int {
+	return sizeInt64(fCounterCount, c.Count) + sizeInt64(fCounterCapacity, c.Capacity)
+}
+
+func coreListSize(l core.List) int {
+	n := 0
+	for _, v := range l.Values {
+		n += protowire.SizeTag(fListValues) + protowire.SizeBytes(len(v))
+	}
+	return n + sizeInt64(fListCapacity, l.Capacity)
+}
+
+// sizeInt64 and appendInt64 write a present Int64Value holding v.
+func sizeInt64(num protowire.Number, v int64) int {
+	inner := 0
+	if v != 0 {
+		inner = protowire.SizeTag(fInt64Value) + protowire.SizeVarint(uint64(v))
+	}
+	return sizeMessage(num, inner)
+}
+
+func appendInt64(b []byte, num protowire.Number, v int64) []byte {
+	inner := 0
+	if v != 0 {
+		inner = protowire.SizeTag(fInt64Value) + protowire.SizeVarint(uint64(v))
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(inner))
+	if v != 0 {
+		b = protowire.AppendTag(b, fInt64Value, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(v))
+	}
+	return b
 }

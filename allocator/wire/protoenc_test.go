@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // randomResponse builds a response with every field the message has, each
@@ -217,4 +218,95 @@ func BenchmarkEncodeResponse(b *testing.B) {
 			_ = AppendResponse(make([]byte, 0, ResponseSize(m)), m)
 		}
 	})
+}
+
+func randomGameServer(r *rand.Rand, maxEntries int) *core.GameServer {
+	str := func() string {
+		switch r.IntN(4) {
+		case 0:
+			return ""
+		case 1:
+			return "ü" + fmt.Sprint(r.Int64())
+		}
+		return fmt.Sprintf("s%d", r.IntN(1000))
+	}
+	i64 := func() int64 { return []int64{0, 1, -5, r.Int64()}[r.IntN(4)] }
+	n := func() int { return r.IntN(maxEntries + 1) }
+	gs := &core.GameServer{Namespace: str(), Name: str(), NodeName: str(), Address: str(), State: core.StateAllocated}
+	for range n() {
+		gs.Ports = append(gs.Ports, core.Port{Name: str(), Port: []int32{0, 7000, -1}[r.IntN(3)]})
+	}
+	for range n() {
+		gs.Addresses = append(gs.Addresses, core.Address{Type: str(), Address: str()})
+	}
+	if r.IntN(3) > 0 {
+		gs.Labels = map[string]string{}
+		for range n() {
+			gs.Labels[str()] = str()
+		}
+	}
+	if r.IntN(3) > 0 {
+		gs.Annotations = map[string]string{}
+		for range n() {
+			gs.Annotations[str()] = str()
+		}
+	}
+	if r.IntN(3) > 0 {
+		gs.Counters = map[string]core.Counter{}
+		for range n() {
+			gs.Counters[str()] = core.Counter{Count: i64(), Capacity: i64()}
+		}
+	}
+	if r.IntN(3) > 0 {
+		gs.Lists = map[string]core.List{}
+		for range n() {
+			l := core.List{Capacity: i64()}
+			for range n() {
+				l.Values = append(l.Values, str())
+			}
+			gs.Lists[str()] = l
+		}
+	}
+	return gs
+}
+
+// TestAppendGameServerResponseMatchesWire: encoding a server directly gives
+// what proto.Marshal gives for ResponseFromCore's message (the same bytes
+// when no map has two entries; an equal message when decoded otherwise).
+func TestAppendGameServerResponseMatchesWire(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 2))
+	for i := range 5000 {
+		maxEntries := 1
+		if i%2 == 1 {
+			maxEntries = 4
+		}
+		gs := randomGameServer(r, maxEntries)
+		source := []string{SourceLocal, "", "https://peer:443"}[i%3]
+		msg, err := ResponseFromCore(gs, source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := proto.Marshal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := AppendGameServerResponse(nil, gs, source)
+		if n := GameServerResponseSize(gs, source); n != len(got) || n != len(want) {
+			t.Fatalf("case %d: size %d, wrote %d bytes, proto.Marshal %d", i, n, len(got), len(want))
+		}
+		if maxEntries == 1 && !bytes.Equal(got, want) {
+			t.Fatalf("case %d: bytes differ\n got %x\nwant %x", i, got, want)
+		}
+		var back allocation.AllocationResponse
+		if err := proto.Unmarshal(got, &back); err != nil {
+			t.Fatalf("case %d: does not decode: %v", i, err)
+		}
+		var ref allocation.AllocationResponse
+		if err := proto.Unmarshal(want, &ref); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&back, &ref) {
+			t.Fatalf("case %d: decodes to\n%v\nwant\n%v", i, &back, &ref)
+		}
+	}
 }
