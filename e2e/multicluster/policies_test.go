@@ -2,7 +2,6 @@ package multicluster_test
 
 import (
 	"context"
-	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -12,10 +11,15 @@ import (
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 )
+
+var policyResource = schema.GroupVersionResource{Group: "multicluster.agones.dev", Version: "v1", Resource: "gameserverallocationpolicies"}
 
 // The specs share one rig and run in order; each gives back what it
 // allocated, so the next starts from whole fleets.
@@ -178,8 +182,16 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 	}, SpecTimeout(2*time.Minute))
 
 	It("fails no request while a cross-cluster Secret is rotated under load", Label("rotation"), func(ctx SpecContext) {
-		before, err := os.ReadFile(theRig.PoliciesFile("on-prem"))
-		Expect(err).NotTo(HaveOccurred())
+		// The Secret the on-prem allocators present to the cloud, as its
+		// API server holds it: the allocators watch it there.
+		secretCert := func() []byte {
+			cs, err := theRig.Cluster("on-prem").Kube.Clientset()
+			Expect(err).NotTo(HaveOccurred())
+			sec, err := cs.CoreV1().Secrets("default").Get(ctx, rig.SecretName("cloud"), metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			return sec.Data["tls.crt"]
+		}
+		before := secretCert()
 		for i := range 24 {
 			if i == 8 {
 				Expect(theRig.RotateSecrets(ctx, "on-prem")).To(Succeed())
@@ -187,11 +199,9 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 			resp, _, err := allocate(ctx, conns["on-prem"][0], multi("prefer-cloud"), 10*time.Second)
 			Expect(err).NotTo(HaveOccurred(), "request %d", i)
 			Expect(clusterOf("on-prem", resp)).To(Equal("cloud"), "request %d", i)
-			time.Sleep(250 * time.Millisecond) // the file is re-read every 2 s: requests on both sides of it
+			time.Sleep(250 * time.Millisecond) // requests on both sides of the informer's update
 		}
-		after, err := os.ReadFile(theRig.PoliciesFile("on-prem"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(after).NotTo(Equal(before), "the Secret was not rotated")
+		Expect(secretCert()).NotTo(Equal(before), "the Secret was not rotated")
 	}, SpecTimeout(time.Minute))
 
 	It("loses and duplicates nothing when a cluster's API server restarts mid-load", Label("restart"), func(ctx SpecContext) {
@@ -239,15 +249,24 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 		// A route whose only policy sends on-prem's requests to on-prem's
 		// own address, as a remote: the forwarded call arrives where it
 		// started and is refused.
-		file := theRig.PoliciesFile("on-prem")
-		orig, err := os.ReadFile(file)
+		// Written to on-prem's API server, where its allocators watch the
+		// policies.
+		dc, err := theRig.Cluster("on-prem").Kube.Dynamic()
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func() { Expect(os.WriteFile(file, orig, 0o600)).To(Succeed()) })
-		loop := "---\napiVersion: multicluster.agones.dev/v1\nkind: GameServerAllocationPolicy\n" +
-			"metadata: {name: loop, namespace: default, labels: {route: loop}}\n" +
-			"spec: {priority: 1, weight: 1, connectionInfo: {clusterName: on-prem-again, namespace: default, secretName: " +
-			rig.SecretName("cloud") + ", allocationEndpoints: [\"" + theRig.CallerAddrs("on-prem")[0] + "\"]}}\n"
-		Expect(os.WriteFile(file, append(append([]byte{}, orig...), loop...), 0o600)).To(Succeed())
+		policies := dc.Resource(policyResource).Namespace("default")
+		loop := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "multicluster.agones.dev/v1", "kind": "GameServerAllocationPolicy",
+			"metadata": map[string]any{"name": "loop", "namespace": "default", "labels": map[string]any{"route": "loop"}},
+			"spec": map[string]any{"priority": int64(1), "weight": int64(1), "connectionInfo": map[string]any{
+				"clusterName": "on-prem-again", "namespace": "default", "secretName": rig.SecretName("cloud"),
+				"allocationEndpoints": []any{theRig.CallerAddrs("on-prem")[0]},
+			}},
+		}}
+		_, err = policies.Create(ctx, loop, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(policies.Delete(ctx, "loop", metav1.DeleteOptions{})).To(Succeed())
+		})
 		Eventually(func(ctx context.Context) string {
 			_, _, err := allocate(ctx, conns["on-prem"][0], multi("loop"), 10*time.Second)
 			return status.Convert(err).Message()

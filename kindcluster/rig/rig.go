@@ -298,12 +298,6 @@ func (r *Rig) startCluster(ctx context.Context, i int) error {
 	if _, err := r.start(c.Name+" fleet agent", agent); err != nil {
 		return err
 	}
-	if r.dry {
-		// No links in a dry run: the allocators get an empty file.
-		if err := os.WriteFile(r.policiesFile(c.Name), nil, 0o600); err != nil {
-			return err
-		}
-	}
 	if err := os.WriteFile(r.limitsFile(), []byte(rigLimits), 0o644); err != nil {
 		return err
 	}
@@ -313,7 +307,9 @@ func (r *Rig) startCluster(ctx context.Context, i int) error {
 		args := []string{"serve", "--backend", "kubernetes", "--kubeconfig", c.Kube.KubeconfigPath(),
 			"--addr", c.Replicas[n].GRPC, "--http-addr", "127.0.0.1:0",
 			"--tls-dir", r.Certs.ServerDir(), "--client-ca-dir", r.Certs.ClientCADir(),
-			"--ready-file", ready, "--policies", r.policiesFile(c.Name), "--cluster-name", c.Name,
+			// No --policies: the allocators watch the policies and
+			// Secrets on their cluster's API server, as in production.
+			"--ready-file", ready, "--cluster-name", c.Name,
 			"--limits", r.limitsFile(), "--log-format", "json"}
 		if replicas > 1 {
 			args = append(args, "--replicas", strconv.Itoa(replicas), "--replica-shard", strconv.Itoa(n))
@@ -351,8 +347,9 @@ identities:
 
 func (r *Rig) limitsFile() string { return filepath.Join(r.Dir, "limits.yaml") }
 
-// PoliciesFile is the policies file cluster's allocators read (re-read when
-// it changes): a test may add to it.
+// PoliciesFile is a copy of what installPolicies wrote to cluster's API
+// server, as a policies file: for `qm serve --policies` by hand against the
+// rig, or to read. The rig's allocators watch the API server instead.
 func (r *Rig) PoliciesFile(cluster string) string { return r.policiesFile(cluster) }
 
 func (r *Rig) policiesFile(cluster string) string {
@@ -500,9 +497,9 @@ func (r *Rig) link() error {
 	return nil
 }
 
-// installPolicies writes cluster i's policies and connection Secrets: to
-// its API server, as a real cluster holds them, and to the allocators'
-// policies file.
+// installPolicies writes cluster i's policies and connection Secrets to
+// its API server, where its allocators' informers read them, and a copy
+// to PoliciesFile.
 func (r *Rig) installPolicies(ctx context.Context, i int) error {
 	c := r.Clusters[i]
 	endpoints := map[string][]string{}
@@ -548,8 +545,8 @@ func (r *Rig) installPolicies(ctx context.Context, i int) error {
 
 // RotateSecrets issues a new client certificate (new key) for the
 // identity cluster's allocators present to other clusters, and writes it
-// into that cluster's connection Secrets, on its API server and in its
-// allocators' policies file, as an operator rotating credentials would.
+// into that cluster's connection Secrets on its API server, as an operator
+// rotating credentials would.
 func (r *Rig) RotateSecrets(ctx context.Context, cluster string) error {
 	i := slices.IndexFunc(r.Clusters, func(c *Cluster) bool { return c.Name == cluster })
 	if i < 0 {

@@ -267,6 +267,10 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("dry run does not show %q:\n%s", want, text)
 		}
 	}
+	// Kube-backed allocators read the policies from their API server.
+	if strings.Contains(text, "--policies") {
+		t.Errorf("an allocator is given --policies; it should watch its API server:\n%s", text)
+	}
 	if n := strings.Count(text, "/opt/qm serve"); n != 3 {
 		t.Errorf("%d allocators, want 3 (1 on-prem, 2 cloud)", n)
 	}
