@@ -22,7 +22,7 @@ GENERATE_TARGETS :=
 all: build
 
 build:
-	$(GO) build -o $(BIN)/qm ./cmd/qm
+	$(GO) build -buildvcs=auto -o $(BIN)/qm ./cmd/qm
 
 ## test: vet plus every test (unit and integration) under the race detector.
 test: $(TEST_DEPS)

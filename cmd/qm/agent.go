@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/quartermaster-dev/quartermaster/fleetagent"
 )
@@ -41,7 +40,7 @@ flags:
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm agent", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	namespace := fs.String("namespace", "", "namespace to manage (default: every namespace)")
 	nodes := fs.Int("nodes", 50, "size of the simulated node pool")
 	perNode := fs.Int("max-per-node", 20, "servers a Packed fleet puts on one node before the next")
@@ -64,10 +63,10 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	// An empty path falls back to the in-cluster configuration.
-	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	// The same lookup as qm serve's, so one exported KUBECONFIG serves both.
+	rc, err := kubeRESTConfig(*kubeconfig)
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
 	rc.QPS, rc.Burst = float32(*qps), int(2**qps)
 	dc, err := dynamic.NewForConfig(rc)

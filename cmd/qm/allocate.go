@@ -60,6 +60,7 @@ flags:
 type connFlags struct {
 	addr                       string
 	rest                       bool
+	transportSet               string // the --rest or --grpc flag given first, to refuse a contradiction
 	cert, key, cacert, sni     string
 	certsDir, identity         string
 	insecure, insecureNoVerify bool
@@ -68,8 +69,8 @@ type connFlags struct {
 
 func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "localhost:8443", "allocator address host:port")
-	fs.BoolVar(&c.rest, "rest", false, "use REST (POST JSON) instead of gRPC")
-	fs.Bool("grpc", true, "use gRPC (the default)")
+	fs.Var(transportFlag{c, "rest"}, "rest", "use REST (POST JSON) instead of gRPC")
+	fs.Var(transportFlag{c, "grpc"}, "grpc", "use gRPC (the default); --grpc=false means REST")
 	fs.StringVar(&c.cert, "cert", "", "client certificate file")
 	fs.StringVar(&c.key, "key", "", "client private key file")
 	fs.StringVar(&c.cacert, "cacert", "", "CA file to verify the server against")
@@ -79,6 +80,39 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.insecure, "insecure", false, "plaintext, for a server run with --insecure-disable-tls")
 	fs.BoolVar(&c.insecureNoVerify, "insecure-skip-verify", false, "do not verify the server certificate (development only)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "deadline for the call")
+}
+
+// transportFlag is --rest or --grpc: two names for one choice, so that
+// --grpc=false means REST and --rest=false means gRPC, and giving both with
+// contradicting values is an error rather than a silent winner.
+type transportFlag struct {
+	c    *connFlags
+	name string // "rest" or "grpc"
+}
+
+func (f transportFlag) IsBoolFlag() bool { return true }
+
+func (f transportFlag) String() string {
+	if f.c == nil { // the flag package's zero value, for its defaults
+		return "false"
+	}
+	return strconv.FormatBool(f.c.rest == (f.name == "rest"))
+}
+
+func (f transportFlag) Set(v string) error {
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("want true or false")
+	}
+	rest := on == (f.name == "rest")
+	if f.c.transportSet != "" && rest != f.c.rest {
+		return fmt.Errorf("contradicts --%s given before it", f.c.transportSet)
+	}
+	if f.c.transportSet == "" {
+		f.c.transportSet = f.name
+	}
+	f.c.rest = rest
+	return nil
 }
 
 func (c *connFlags) tlsConfig() (*tls.Config, error) {

@@ -79,7 +79,7 @@ func TestCertsCommandUsage(t *testing.T) {
 	} {
 		_, errOut, err := runCertsCmd(t, args...)
 		var ee exitError
-		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(errOut, "qm certs:") || !strings.Contains(errOut, "usage:") {
+		if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(errOut, "qm certs:") || !strings.Contains(errOut, "Run 'qm certs -h'") {
 			t.Errorf("%s: err %v, stderr:\n%s", name, err, errOut)
 		}
 	}

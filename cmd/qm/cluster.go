@@ -53,9 +53,12 @@ bin/kube-apiserver bin/kubectl), or from --bin-dir or $QM_BIN_DIR.
 `
 
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(stderr, clusterUsage)
-		return exitError{2}
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprint(stdout, clusterUsage)
+		return nil
+	}
+	if len(args) == 0 {
+		return usageFail(stderr, "cluster", nil, "want a subcommand: up or down")
 	}
 	switch args[0] {
 	case "up":
@@ -63,8 +66,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case "down":
 		return clusterDown(args[1:], stdout, stderr)
 	default:
-		fmt.Fprintf(stderr, "qm cluster: unknown subcommand %q\n\n%s", args[0], clusterUsage)
-		return exitError{2}
+		return usageFail(stderr, "cluster", nil, "unknown subcommand %q (want up or down)", args[0])
 	}
 }
 
@@ -76,19 +78,14 @@ func defaultClusterDir(name string) string {
 
 func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm cluster up", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	name := fs.String("name", "qm", "cluster name (kubeconfig context, directory)")
 	dir := fs.String("dir", "", "cluster directory; must not exist or be empty (default $TMPDIR/qm-cluster-NAME)")
 	binDir := fs.String("bin-dir", "", "directory with etcd and kube-apiserver (default ./bin of the repository, or $"+kindcluster.BinDirEnv+")")
 	dryRun := fs.Bool("dry-run", false, "print the commands instead of running them")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the API server to be ready")
 	topology := fs.String("topology", "", "a topology (or scenario) file: bring up a multi-cluster rig")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "qm cluster up: unexpected arguments: %v\n", fs.Args())
-		return exitError{2}
+	if _, ok, err := parseFlags("cluster up", clusterUsage+"\nflags of 'up':\n", fs, args, stdout, stderr); !ok {
+		return err
 	}
 	if *topology != "" {
 		return rigUp(ctx, *topology, *dir, *binDir, *dryRun, *timeout, stdout, stderr)
@@ -131,13 +128,12 @@ Ctrl-C here, or 'qm cluster down --name %s', stops it and removes %s.
 
 func clusterDown(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm cluster down", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	name := fs.String("name", "qm", "cluster name")
 	dir := fs.String("dir", "", "cluster directory (default $TMPDIR/qm-cluster-NAME)")
 	grace := fs.Duration("grace", 10*time.Second, "how long each process gets after SIGTERM before SIGKILL")
 	topology := fs.String("topology", "", "the topology file the rig was brought up from")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
+	if _, ok, err := parseFlags("cluster down", clusterUsage+"\nflags of 'down':\n", fs, args, stdout, stderr); !ok {
+		return err
 	}
 	if *topology != "" {
 		return rigDown(*topology, *dir, *grace, stdout)

@@ -44,9 +44,10 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 // parseFlags parses a subcommand's flags the same way for every command.
 // With -h it prints the usage text and the flags to stdout; on a bad flag or
-// a stray argument it prints the mistake and the usage to stderr and returns
-// exit status 2. ok is false in both cases (err is nil after -h). usage
-// prints the help again, for mistakes found after parsing (see usageFail).
+// a stray argument it prints the one mistake and a hint to -h on stderr and
+// returns exit status 2 (the whole help would scroll the mistake away). ok
+// is false in both cases (err is nil after -h). usage prints the help, for
+// callers that want it shown; usageFail reports mistakes found later.
 func parseFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (usage func(io.Writer), ok bool, err error) {
 	usage = func(w io.Writer) {
 		fmt.Fprint(w, usageText)
@@ -54,14 +55,15 @@ func parseFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout,
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
+	// The flag package would print its own error and the defaults; the
+	// message is printed once, below.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
 			return nil, false, nil
 		}
-		fmt.Fprintf(stderr, "qm %s: %v\n\n", name, err)
-		usage(stderr)
-		return nil, false, exitError{code: 2}
+		return nil, false, usageFail(stderr, name, usage, "%v", err)
 	}
 	if fs.NArg() > 0 {
 		return nil, false, usageFail(stderr, name, usage, "unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -69,10 +71,12 @@ func parseFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout,
 	return usage, true, nil
 }
 
-// usageFail reports a usage mistake with the usage text and exit status 2.
-func usageFail(stderr io.Writer, name string, usage func(io.Writer), format string, a ...any) error {
-	fmt.Fprintf(stderr, "qm %s: %s\n\n", name, fmt.Sprintf(format, a...))
-	usage(stderr)
+// usageFail reports a usage mistake: one line naming what was wrong, one
+// line saying where the help is, exit status 2. usage is accepted so that
+// every caller reads alike; the help itself is for -h.
+func usageFail(stderr io.Writer, name string, _ func(io.Writer), format string, a ...any) error {
+	fmt.Fprintf(stderr, "qm %s: %s\n", name, fmt.Sprintf(format, a...))
+	fmt.Fprintf(stderr, "Run 'qm %s -h' for usage.\n", name)
 	return exitError{code: 2}
 }
 
@@ -106,8 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "qm: unknown command %q\n\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "qm: unknown command %q\nRun 'qm -h' for the list of commands.\n", args[0])
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

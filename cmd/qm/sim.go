@@ -25,27 +25,40 @@ func init() {
 	})
 }
 
+const simUsage = `usage: qm sim FILE [--out results.json] [--quiet]
+
+Runs one scenario file in the simulator on a virtual clock, prints a table
+per cluster and the file's expectations, and exits 2 if one fails. Flags may
+come before or after FILE. To run every shipped scenario: make sim-scenarios.
+
+flags:
+`
+
 // runSim is `qm sim FILE [--out results.json] [--quiet]`. It prints a summary
 // table on stdout, progress on stderr for runs that take a while, writes the
 // report JSON when asked, and exits 2 when an expectation fails.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	out := fs.String("out", "", "write the results JSON to this file")
 	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: qm sim FILE [--out results.json] [--quiet]")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, simUsage)
+		fs.SetOutput(w)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
-	// Flags may come before or after the file.
+	// Flags may come before or after the file, so parse up to each
+	// positional argument, take it, and go on.
 	var files []string
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				usage(stdout)
 				return nil
 			}
-			return exitError{code: 2}
+			return usageFail(stderr, "sim", usage, "%v", err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -53,9 +66,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		files = append(files, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
-	if len(files) != 1 {
-		fs.Usage()
-		return exitError{code: 2}
+	switch {
+	case len(files) == 0:
+		return usageFail(stderr, "sim", usage, "no scenario file given")
+	case len(files) > 1:
+		// One report, one exit status: several files would need a rule
+		// for merging both, so each file gets its own run.
+		return usageFail(stderr, "sim", usage, "one scenario file per run, got %d (%s); run qm sim once per file, or make sim-scenarios for all of them",
+			len(files), strings.Join(files, " "))
 	}
 	sc, err := scenarios.Load(files[0])
 	if err != nil {
@@ -118,7 +136,7 @@ func printSummary(w io.Writer, rep *scenarios.Report) {
 	t := r.Totals
 	fmt.Fprintf(w, "scenario %s (seed %d, %s virtual)\n\n", rep.Scenario, r.Seed, r.Duration)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cluster\tprovider\ttries\tallocated\tshare\tunAllocated\tcontention\tunavailable\tretries\tp50 ms\tp99 ms\tpacking\tnode-hours\tcost\t")
+	fmt.Fprintln(tw, "cluster\tprovider\ttries\tallocated\tshare\tunAllocated*\tcontention*\tunavailable*\tretries\tp50 ms\tp99 ms\tpacking\tnode-hours\tcost\t")
 	names := make([]string, 0, len(r.Clusters))
 	for n := range r.Clusters {
 		names = append(names, n)
@@ -136,6 +154,12 @@ func printSummary(w io.Writer, rep *scenarios.Report) {
 		tries, t.Allocated, t.UnAllocated, t.Contention, t.Unavailable, t.Retries,
 		t.Latency.P50Ms, t.Latency.P99Ms, t.PackingEfficiency, t.NodeHours, t.Cost)
 	tw.Flush()
+	// A cluster's refusals count its tries, and a refused try usually goes
+	// on to the next cluster of the policy, so a cluster can show thousands
+	// beside a total of 0: the total counts requests no cluster served.
+	if len(names) > 1 {
+		fmt.Fprintln(w, "  * per cluster: tries it refused (each went on to the next cluster, if there was one); total: requests no cluster served")
+	}
 	fmt.Fprintf(w, "\n%d requests: success rate %.4f%%, unAllocated %d, contention %d, unavailable %d, deadline exceeded %d, in flight at end %d\n",
 		t.Requests, 100*t.SuccessRate, t.UnAllocated, t.Contention, t.Unavailable, t.DeadlineExceeded, t.InFlight)
 	if len(rep.Expectations) == 0 {
