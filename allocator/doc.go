@@ -22,5 +22,6 @@
 //
 // Ownership is recorded on the allocated game server itself
 // (OwnerAnnotation), so every replica agrees on it. Re-allocating a live
-// server (a selector with state Allocated) makes the caller its owner.
+// server (a selector with state Allocated) matches only the caller's own
+// servers; only an admin may take another's, and becomes its owner.
 package allocator

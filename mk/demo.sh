@@ -22,7 +22,14 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-step() { printf '\n\033[1m== %s\033[0m\n$ %s\n' "$1" "${*:2}"; "${@:2}"; }
+# step prints a heading and the command, runs it, and keeps its output in
+# $state/last.out so a later step can check what it claimed.
+step() {
+	printf '\n\033[1m== %s\033[0m\n$ %s\n' "$1" "${*:2}"
+	"${@:2}" | tee "$state/last.out"
+	return "${PIPESTATUS[0]}"
+}
+server_name() { sed -n 's/.*"gameServerName": *"\([^"]*\)".*/\1/p' "$state/last.out" | head -n 1; }
 
 # Port 0: the system picks free ports; the server writes them to ready.json.
 "$qm" serve --addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --state-dir "$state" \
@@ -46,9 +53,20 @@ step "gRPC: a deathmatch server in namespace default" \
 step "REST: a lobby, taking a room and a player slot" \
 	"$qm" allocate --rest --addr "$addr" --certs-dir "$certs" --identity alice \
 	--selector mode=lobby --counter rooms=Increment:1 --list-add players=alice
-step "gRPC: same lobby again if it has room (Allocated first), else a Ready one" \
+alice_lobby=$(server_name)
+# Re-allocation (selector state Allocated) only ever matches the caller's own
+# servers, so alice gets her lobby back while bob, asking the same way, is
+# given a Ready lobby of his own rather than alice's running session.
+step "gRPC: alice again: her own lobby if it has room (Allocated first), else a Ready one" \
+	"$qm" allocate --addr "$addr" --certs-dir "$certs" --identity alice \
+	--selector mode=lobby --state Allocated --selector mode=lobby --counter rooms=Increment:1 --list-add players=alice2
+[[ $(server_name) == "$alice_lobby" ]] || { echo "demo: alice was given $(server_name), not her lobby $alice_lobby" >&2; exit 1; }
+echo "(the same server as before: $alice_lobby)"
+step "gRPC: bob asks the same way: alice's lobby is not his, so he gets a Ready one" \
 	"$qm" allocate --addr "$addr" --certs-dir "$certs" --identity bob \
 	--selector mode=lobby --state Allocated --selector mode=lobby --counter rooms=Increment:1 --list-add players=bob
+[[ $(server_name) != "$alice_lobby" ]] || { echo "demo: bob was given alice's lobby $alice_lobby" >&2; exit 1; }
+echo "(another server: $(server_name))"
 step "REST: Distributed, namespace ranked, with a label on the server" \
 	"$qm" allocate --rest --addr "$addr" --certs-dir "$certs" --identity dev \
 	--namespace ranked --scheduling Distributed --selector region=eu --label match=demo-1
