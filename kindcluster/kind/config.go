@@ -1,0 +1,91 @@
+package kind
+
+import (
+	"fmt"
+	"strconv"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
+
+	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
+)
+
+// Fixed ports. The allocator's Service is a NodePort on AllocatorNodePort,
+// so the other clusters reach it at their peer's node container on that
+// port, and the callers on the host at the port kind maps to it.
+const (
+	AllocatorNodePort = 30443
+	// DefaultAPIServerPort + i is cluster i's API server on the host.
+	DefaultAPIServerPort = 36443
+	// DefaultCallerPort + i is where callers on the host reach cluster i's
+	// allocators.
+	DefaultCallerPort = 38443
+)
+
+// Node labels kind puts on each cluster's node: the region is the
+// well-known topology label, the provider has no well-known label.
+const (
+	RegionLabel   = "topology.kubernetes.io/region"
+	ProviderLabel = "quartermaster.dev/provider"
+	ClusterLabel  = "quartermaster.dev/cluster"
+)
+
+// ClusterName is the kind cluster for a topology cluster: prefixed, so a
+// rig never takes over a kind cluster someone made for something else.
+func ClusterName(cluster string) string { return "qm-" + cluster }
+
+// NodeHost is the host name of the cluster's node container on kind's
+// Docker network, where the other clusters' allocators reach it.
+func NodeHost(cluster string) string { return ClusterName(cluster) + "-control-plane" }
+
+// Config is the kind config for topology cluster i: one control-plane node
+// (the fleet agent simulates the topology's node pool; a kind node per
+// simulated node would be a container each), labelled with the cluster's
+// provider and region, its API server on 127.0.0.1 at a port of its own,
+// and the allocator's NodePort mapped to a host port for the callers.
+func Config(t *rig.Topology, i int, opts Options) *v1alpha4.Cluster {
+	opts.defaults()
+	c := t.Spec.Clusters[i]
+	labels := map[string]string{ClusterLabel: c.Name}
+	if c.Region != "" {
+		labels[RegionLabel] = c.Region
+	}
+	if c.Provider != "" {
+		labels[ProviderLabel] = c.Provider
+	}
+	return &v1alpha4.Cluster{
+		TypeMeta: v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
+		Name:     ClusterName(c.Name),
+		Nodes: []v1alpha4.Node{{
+			Role:   v1alpha4.ControlPlaneRole,
+			Image:  opts.NodeImage,
+			Labels: labels,
+			ExtraPortMappings: []v1alpha4.PortMapping{{
+				ContainerPort: AllocatorNodePort,
+				HostPort:      int32(opts.CallerPort + i),
+				ListenAddress: "127.0.0.1",
+				Protocol:      v1alpha4.PortMappingProtocolTCP,
+			}},
+		}},
+		Networking: v1alpha4.Networking{
+			APIServerAddress: "127.0.0.1",
+			APIServerPort:    int32(opts.APIServerPort + i),
+		},
+	}
+}
+
+// ConfigYAML is Config as the file `kind create cluster --config` reads.
+func ConfigYAML(t *rig.Topology, i int, opts Options) ([]byte, error) {
+	return yaml.Marshal(Config(t, i, opts))
+}
+
+// CallerAddr is where callers on the host reach cluster i's allocators.
+func CallerAddr(i int, opts Options) string {
+	opts.defaults()
+	return "127.0.0.1:" + strconv.Itoa(opts.CallerPort+i)
+}
+
+// peerAddr is where another cluster's allocators reach cluster's.
+func peerAddr(cluster string) string {
+	return fmt.Sprintf("%s:%d", NodeHost(cluster), AllocatorNodePort)
+}
