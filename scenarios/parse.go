@@ -48,7 +48,7 @@ func Parse(data []byte) (*Scenario, error) {
 		Kind       string `yaml:"kind"`
 	}
 	if err := yaml.Unmarshal(data, &head); err != nil {
-		return nil, yamlError(err)
+		return nil, yamlError(data, err)
 	}
 	if head.APIVersion != APIVersion {
 		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, APIVersion)
@@ -60,7 +60,7 @@ func Parse(data []byte) (*Scenario, error) {
 	dec.KnownFields(true)
 	var s Scenario
 	if err := dec.Decode(&s); err != nil {
-		return nil, yamlError(err)
+		return nil, yamlError(data, err)
 	}
 	var extra any
 	if err := dec.Decode(&extra); err != io.EOF {
@@ -82,12 +82,60 @@ var notFound = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
 // yamlError rewords the decoder's messages for people who never saw the Go
 // types: "field foo not found in type scenarios.Cluster" becomes
-// "unknown field "foo"".
-func yamlError(err error) error {
-	msg := notFound.ReplaceAllString(err.Error(), `unknown field "$1"`)
+// "unknown field "foo"". A syntax error gets the line where the file stops
+// being YAML (see syntaxLine).
+func yamlError(data []byte, err error) error {
+	msg := err.Error()
+	if m := syntaxErr.FindStringSubmatch(msg); m != nil {
+		if reported, convErr := strconv.Atoi(m[1]); convErr == nil {
+			msg = fmt.Sprintf("line %d: %s", syntaxLine(data, reported, m[2]), m[2])
+		}
+	}
+	msg = notFound.ReplaceAllString(msg, `unknown field "$1"`)
 	msg = strings.TrimPrefix(msg, "yaml: ")
 	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
 	return errors.New(msg)
+}
+
+// syntaxErr is how the YAML library words a syntax error (type errors, such
+// as an unknown field, come as "unmarshal errors" and carry exact lines).
+var syntaxErr = regexp.MustCompile(`(?s)^yaml: line (\d+): (.*)$`)
+
+// syntaxLineBudget bounds the bytes syntaxLine re-parses, so that a large
+// hostile file costs milliseconds, not a quadratic scan.
+const syntaxLineBudget = 16 << 20
+
+// syntaxLine finds the line a syntax error is on. The YAML library reports
+// where the enclosing block began when it knows that, not where parsing
+// failed: a mis-indented key deep in spec is reported at "spec:" or even at
+// line 1. The first line at which a prefix of the file stops parsing is
+// where a reader has to look, so parse growing prefixes from the reported
+// line on and return the first that fails with the same complaint (a
+// prefix cut inside a flow mapping fails for its own reason, which is not
+// the file's); if none does within the budget, keep the library's line.
+func syntaxLine(data []byte, reported int, complaint string) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if reported < 1 || reported > len(lines) {
+		return reported
+	}
+	end := 0
+	for _, l := range lines[:reported-1] {
+		end += len(l)
+	}
+	spent := 0
+	for n := reported; n <= len(lines); n++ {
+		end += len(lines[n-1])
+		if spent += end; spent > syntaxLineBudget {
+			break
+		}
+		var v any
+		if err := yaml.Unmarshal(data[:end], &v); err != nil {
+			if m := syntaxErr.FindStringSubmatch(err.Error()); m != nil && m[2] == complaint {
+				return n
+			}
+		}
+	}
+	return reported
 }
 
 // Default fills in what the file left out. It is applied before validation
