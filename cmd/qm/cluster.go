@@ -32,8 +32,9 @@ func init() {
 const clusterUsage = `usage:
   qm cluster up   [--name N] [--dir D] [--bin-dir B] [--dry-run]
   qm cluster down [--name N] [--dir D]
-  qm cluster up   --topology FILE [--dir D] [--bin-dir B] [--dry-run]
-  qm cluster down --topology FILE [--dir D]
+  qm cluster up   --topology FILE [--provider local|kind] [--dir D] [--bin-dir B] [--dry-run]
+  qm cluster down --topology FILE [--provider local|kind] [--dir D]
+  qm cluster check --provider kind
 
 'up' starts etcd and kube-apiserver on free 127.0.0.1 ports, installs the
 GameServer, Fleet and GameServerAllocationPolicy CRDs, prints the kubeconfig
@@ -50,6 +51,15 @@ kubeconfig, the allocator address callers dial and the client certificates.
 
 The binaries come from bin/ of the repository (make bin/etcd
 bin/kube-apiserver bin/kubectl), or from --bin-dir or $QM_BIN_DIR.
+
+--provider kind (default: the topology's spec.provider, else local) makes
+one kind cluster per topology cluster instead, with Docker: it builds the
+qm image from the repository's Dockerfile (--image NAME --no-build uses an
+image you built), loads it into each cluster, and applies the CRDs, the
+allocator (deploy/allocator.yaml), the fleet agent, the fleets, and the
+policies and connection Secrets. 'check --provider kind' says whether
+this machine can (Docker answering, kind's node image pulled, kubectl):
+exit 0 if so, 3 and the one missing thing if not.
 `
 
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -65,8 +75,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return clusterUp(ctx, args[1:], stdout, stderr)
 	case "down":
 		return clusterDown(args[1:], stdout, stderr)
+	case "check":
+		return clusterCheck(ctx, args[1:], stdout, stderr)
 	default:
-		return usageFail(stderr, "cluster", nil, "unknown subcommand %q (want up or down)", args[0])
+		return usageFail(stderr, "cluster", nil, "unknown subcommand %q (want up, down or check)", args[0])
 	}
 }
 
@@ -84,10 +96,18 @@ func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	dryRun := fs.Bool("dry-run", false, "print the commands instead of running them")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the API server to be ready")
 	topology := fs.String("topology", "", "a topology (or scenario) file: bring up a multi-cluster rig")
+	provider := fs.String("provider", "", "with --topology: local or kind (default: the topology's spec.provider, else local)")
+	kf := addKindFlags(fs)
 	if _, ok, err := parseFlags("cluster up", clusterUsage+"\nflags of 'up':\n", fs, args, stdout, stderr); !ok {
 		return err
 	}
 	if *topology != "" {
+		if t, onKind, err := loadRigTopology(*topology, *provider); err != nil || onKind {
+			if err != nil {
+				return err
+			}
+			return kindUp(ctx, t, *dir, *dryRun, *timeout, kf, stdout, stderr)
+		}
 		return rigUp(ctx, *topology, *dir, *binDir, *dryRun, *timeout, stdout, stderr)
 	}
 	if *dir == "" {
@@ -132,10 +152,17 @@ func clusterDown(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "cluster directory (default $TMPDIR/qm-cluster-NAME)")
 	grace := fs.Duration("grace", 10*time.Second, "how long each process gets after SIGTERM before SIGKILL")
 	topology := fs.String("topology", "", "the topology file the rig was brought up from")
+	provider := fs.String("provider", "", "local or kind, as given to 'up' (default: the topology's spec.provider, else local)")
 	if _, ok, err := parseFlags("cluster down", clusterUsage+"\nflags of 'down':\n", fs, args, stdout, stderr); !ok {
 		return err
 	}
 	if *topology != "" {
+		if t, onKind, err := loadRigTopology(*topology, *provider); err != nil || onKind {
+			if err != nil {
+				return err
+			}
+			return kindDown(t, *dir, *grace, stdout, stderr)
+		}
 		return rigDown(*topology, *dir, *grace, stdout)
 	}
 	if *dir == "" {

@@ -3,6 +3,7 @@ package kind
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -214,7 +215,7 @@ func allocatorRunAsUser(t *testing.T, file string) int {
 		t.Fatal(err)
 	}
 	for _, d := range docs {
-		if d["kind"] != "StatefulSet" {
+		if !isWorkload(fmt.Sprint(d["kind"])) {
 			continue
 		}
 		spec, _ := d["spec"].(map[string]any)
@@ -225,7 +226,7 @@ func allocatorRunAsUser(t *testing.T, file string) int {
 			return int(n)
 		}
 	}
-	t.Fatalf("%s: no StatefulSet with a pod securityContext.runAsUser", file)
+	t.Fatalf("%s: no StatefulSet or Deployment with a pod securityContext.runAsUser", file)
 	return 0
 }
 

@@ -14,13 +14,23 @@ import (
 	kindcluster "github.com/quartermaster-dev/quartermaster/kindcluster"
 )
 
-// dryOptions are Up's options for a dry run in a fresh directory, with
-// the repository's Dockerfile and deploy/allocator.yaml.
+// dryOptions are Up's options for a dry run in a fresh directory, from a
+// repository of the Dockerfile and testdata's fixed copy of
+// deploy/allocator.yaml (edits to the real one must not churn the record).
 func dryOptions(t *testing.T, runner Runner) Options {
 	t.Helper()
-	repo, err := filepath.Abs("../..")
-	if err != nil {
+	repo := filepath.Join(t.TempDir(), "repo")
+	if err := os.MkdirAll(filepath.Join(repo, "deploy"), 0o755); err != nil {
 		t.Fatal(err)
+	}
+	for from, to := range map[string]string{"../../Dockerfile": "Dockerfile", "testdata/allocator-in.yaml": "deploy/allocator.yaml"} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, to), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return Options{Dir: filepath.Join(t.TempDir(), "rig"), RepoDir: repo, Kubectl: "kubectl", Build: true,
 		Wait: 3 * time.Minute, Runner: runner}

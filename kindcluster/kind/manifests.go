@@ -116,10 +116,11 @@ func policyObjects(t *rig.Topology, i int, l certs.Layout) ([]map[string]any, er
 }
 
 // allocatorObjects edits deploy/allocator.yaml for cluster i: the image
-// (already on the node, so never pulled), the replicas (the StatefulSet's
-// and the --replicas flag), --cluster-name, a fixed NodePort, and the
-// Secrets binding in the topology's namespace; the TLS Secrets the
-// StatefulSet mounts follow the Namespace.
+// (already on the node, so never pulled), the replicas (the workload's,
+// and the --replicas flag where the manifest shards statically),
+// --cluster-name, a fixed NodePort, and the Secrets binding in the
+// topology's namespace; the TLS Secrets the workload mounts follow the
+// Namespace. The workload may be a StatefulSet or a Deployment.
 func allocatorObjects(t *rig.Topology, i int, opts Options, l certs.Layout, src []byte) ([]map[string]any, error) {
 	docs, err := decodeAll(src)
 	if err != nil {
@@ -140,9 +141,9 @@ func allocatorObjects(t *rig.Topology, i int, opts Options, l certs.Layout, src 
 		case kind == "Namespace" && name == allocatorNamespace:
 			found[kind] = true
 			out = append(out, secrets...)
-		case kind == "StatefulSet" && name == allocatorName:
-			found[kind] = true
-			if err := editStatefulSet(d, c.Name, replicas, opts.Image); err != nil {
+		case isWorkload(kind) && name == allocatorName:
+			found["workload"] = true
+			if err := editWorkload(d, c.Name, replicas, opts.Image); err != nil {
 				return nil, err
 			}
 		case kind == "Service" && name == allocatorName:
@@ -155,16 +156,35 @@ func allocatorObjects(t *rig.Topology, i int, opts Options, l certs.Layout, src 
 			u.SetNamespace(t.Spec.Namespace)
 		}
 	}
-	for _, k := range []string{"Namespace", "StatefulSet", "Service", "RoleBinding"} {
+	for _, k := range []string{"Namespace", "workload", "Service", "RoleBinding"} {
 		if !found[k] {
-			return nil, fmt.Errorf("no %s of the allocator (want the %s namespace, the %s StatefulSet and %s Service, the %s RoleBinding)",
+			return nil, fmt.Errorf("no %s of the allocator (want the %s namespace, the %s StatefulSet or Deployment and %s Service, the %s RoleBinding)",
 				k, allocatorNamespace, allocatorName, allocatorName, remoteCertsBinding)
 		}
 	}
 	return out, nil
 }
 
-func editStatefulSet(d map[string]any, cluster string, replicas int, image string) error {
+func isWorkload(kind string) bool { return kind == "StatefulSet" || kind == "Deployment" }
+
+// allocatorWorkload is the kind of the allocator's workload in
+// deploy/allocator.yaml ("statefulset" or "deployment", as kubectl names
+// them), for `kubectl rollout status`.
+func allocatorWorkload(src []byte) (string, error) {
+	docs, err := decodeAll(src)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range docs {
+		u := unstructured.Unstructured{Object: d}
+		if isWorkload(u.GetKind()) && u.GetName() == allocatorName {
+			return strings.ToLower(u.GetKind()), nil
+		}
+	}
+	return "", fmt.Errorf("no StatefulSet or Deployment %s", allocatorName)
+}
+
+func editWorkload(d map[string]any, cluster string, replicas int, image string) error {
 	if err := unstructured.SetNestedField(d, int64(replicas), "spec", "replicas"); err != nil {
 		return err
 	}
@@ -181,20 +201,30 @@ func editStatefulSet(d map[string]any, cluster string, replicas int, image strin
 			return fmt.Errorf("container %s: args: %w", allocatorContainer, err)
 		}
 		var next []any
+		static := false
 		for _, a := range args {
 			// The manifest's own values of what the topology decides are
 			// dropped and set below.
-			if strings.HasPrefix(a, "--replicas=") || strings.HasPrefix(a, "--cluster-name=") {
+			if strings.HasPrefix(a, "--replicas=") {
+				static = true
+				continue
+			}
+			if strings.HasPrefix(a, "--cluster-name=") {
 				continue
 			}
 			next = append(next, a)
 		}
-		next = append(next, "--replicas="+strconv.Itoa(replicas), "--cluster-name="+cluster)
+		// A manifest whose replicas learn their number from each other
+		// (no --replicas) is left to do so.
+		if static {
+			next = append(next, "--replicas="+strconv.Itoa(replicas))
+		}
+		next = append(next, "--cluster-name="+cluster)
 		ct["args"] = next
 		containers[j] = ct
 		return unstructured.SetNestedSlice(d, containers, "spec", "template", "spec", "containers")
 	}
-	return fmt.Errorf("StatefulSet %s has no container %q", allocatorName, allocatorContainer)
+	return fmt.Errorf("%s %s has no container %q", d["kind"], allocatorName, allocatorContainer)
 }
 
 func editService(d map[string]any) error {

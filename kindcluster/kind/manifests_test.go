@@ -31,7 +31,7 @@ func TestRepositoryAllocatorManifest(t *testing.T) {
 	for _, o := range objs {
 		u := unstructured.Unstructured{Object: o}
 		switch {
-		case u.GetKind() == "StatefulSet" && u.GetName() == allocatorName:
+		case isWorkload(u.GetKind()) && u.GetName() == allocatorName:
 			sts = o
 		case u.GetKind() == "Service" && u.GetName() == allocatorName:
 			svc = o
@@ -40,10 +40,10 @@ func TestRepositoryAllocatorManifest(t *testing.T) {
 		}
 	}
 	if sts == nil || svc == nil {
-		t.Fatalf("no StatefulSet or Service %s in the edited manifest", allocatorName)
+		t.Fatalf("no workload or Service %s in the edited manifest", allocatorName)
 	}
 	if n, _, _ := unstructured.NestedInt64(sts, "spec", "replicas"); n != 2 {
-		t.Errorf("StatefulSet replicas %d, want 2", n)
+		t.Errorf("workload replicas %d, want 2", n)
 	}
 	containers, _, _ := unstructured.NestedSlice(sts, "spec", "template", "spec", "containers")
 	ct := containers[0].(map[string]any)
@@ -51,13 +51,22 @@ func TestRepositoryAllocatorManifest(t *testing.T) {
 		t.Errorf("image %v", ct["image"])
 	}
 	args, _, _ := unstructured.NestedStringSlice(ct, "args")
-	for _, want := range []string{"--replicas=2", "--cluster-name=cloud", "--backend=kubernetes"} {
+	for _, want := range []string{"--cluster-name=cloud", "--backend=kubernetes"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
 	}
-	if n := countPrefix(args, "--replicas="); n != 1 {
-		t.Errorf("args %q set --replicas %d times", args, n)
+	// --replicas only where the manifest shards statically (its replicas
+	// may instead learn their number from each other).
+	want := 0
+	if strings.Contains(string(src), "--replicas=") {
+		want = 1
+		if !slices.Contains(args, "--replicas=2") {
+			t.Errorf("args %q lack --replicas=2", args)
+		}
+	}
+	if n := countPrefix(args, "--replicas="); n != want {
+		t.Errorf("args %q set --replicas %d times, want %d", args, n, want)
 	}
 	if typ, _, _ := unstructured.NestedString(svc, "spec", "type"); typ != "NodePort" {
 		t.Errorf("Service type %q, want NodePort", typ)
@@ -100,7 +109,7 @@ func TestAllocatorManifestErrors(t *testing.T) {
 		{"empty", "", "no objects"},
 		{"not yaml", "kind: [", "document 1"},
 		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", "document 1 has no kind"},
-		{"no statefulset", without("StatefulSet"), "no StatefulSet of the allocator"},
+		{"no workload", without("StatefulSet"), "no workload of the allocator"},
 		{"no service", without("Service"), "no Service of the allocator"},
 		{"no allocator container", strings.Replace(string(src), "- name: allocator\n", "- name: other\n", 1), `no container "allocator"`},
 	} {
@@ -111,4 +120,44 @@ func TestAllocatorManifestErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAllocatorAsDeployment: an allocator run as a Deployment whose
+// replicas count themselves (no --replicas) keeps doing so on kind, and Up
+// waits for the Deployment's rollout.
+func TestAllocatorAsDeployment(t *testing.T) {
+	top := loadExample(t)
+	l := testCerts(t, top)
+	src, err := os.ReadFile("testdata/allocator-in.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := strings.Replace(string(src), "kind: StatefulSet\n", "kind: Deployment\n", 1)
+	dep = strings.Replace(dep, "            - --replicas=3\n", "", 1)
+	if dep == string(src) || strings.Contains(dep, "--replicas=") {
+		t.Fatal("the fixture changed shape; update this test")
+	}
+	if w, err := allocatorWorkload([]byte(dep)); err != nil || w != "deployment" {
+		t.Fatalf("allocatorWorkload: %q, %v", w, err)
+	}
+	objs, err := allocatorObjects(top, 1, Options{}, l, []byte(dep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		u := unstructured.Unstructured{Object: o}
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o, "spec", "template", "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+		if countPrefix(args, "--replicas=") != 0 || !slices.Contains(args, "--cluster-name=cloud") {
+			t.Errorf("args %q: want --cluster-name=cloud and no --replicas", args)
+		}
+		if n, _, _ := unstructured.NestedInt64(o, "spec", "replicas"); n != 2 {
+			t.Errorf("replicas %d, want 2", n)
+		}
+		return
+	}
+	t.Fatal("no Deployment in the edited manifest")
 }

@@ -130,11 +130,12 @@ type Rig struct {
 	Certs    certs.Layout
 	Clusters []Cluster
 
-	opts Options
-	mu   sync.Mutex
-	made []Cluster // created, so Stop deletes them
-	once sync.Once
-	err  error
+	opts     Options
+	workload string // the allocator's, as kubectl names it
+	mu       sync.Mutex
+	made     []Cluster // created, so Stop deletes them
+	once     sync.Once
+	err      error
 }
 
 // Cluster is one kind cluster of the rig.
@@ -184,7 +185,11 @@ func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) 
 	if err != nil {
 		return nil, err
 	}
-	r := &Rig{Topology: t, Dir: opts.Dir, opts: opts}
+	workload, err := allocatorWorkload(allocatorYAML)
+	if err != nil {
+		return nil, fmt.Errorf("deploy/allocator.yaml: %w", err)
+	}
+	r := &Rig{Topology: t, Dir: opts.Dir, opts: opts, workload: workload}
 	if err := makeEmptyDir(r.Dir); err != nil {
 		return nil, err
 	}
@@ -347,7 +352,7 @@ func (r *Rig) waitCluster(ctx context.Context, i int) error {
 	c := r.Clusters[i]
 	wait := "--timeout=" + r.opts.Wait.String()
 	steps := []kindcluster.Command{
-		r.kubectl(c.Kubeconfig, "-n", allocatorNamespace, "rollout", "status", "statefulset/"+allocatorName, wait),
+		r.kubectl(c.Kubeconfig, "-n", allocatorNamespace, "rollout", "status", r.workload+"/"+allocatorName, wait),
 		r.kubectl(c.Kubeconfig, "-n", allocatorNamespace, "rollout", "status", "deployment/"+agentName, wait),
 	}
 	for _, f := range r.Topology.Spec.Clusters[i].Fleets {
