@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 )
 
@@ -60,8 +61,8 @@ func TestManifest(t *testing.T) {
 	for _, want := range []string{
 		"serviceaccount/qm-allocator", "clusterrole.rbac.authorization.k8s.io/qm-allocator",
 		"clusterrolebinding.rbac.authorization.k8s.io/qm-allocator", "clusterrole.rbac.authorization.k8s.io/qm-allocator-remote-certs",
-		"rolebinding.rbac.authorization.k8s.io/qm-allocator-remote-certs", "statefulset.apps/qm-allocator", "service/qm-allocator",
-		"service/qm-allocator-pods",
+		"rolebinding.rbac.authorization.k8s.io/qm-allocator-remote-certs", "deployment.apps/qm-allocator", "service/qm-allocator",
+		"role.rbac.authorization.k8s.io/qm-allocator-replicas", "rolebinding.rbac.authorization.k8s.io/qm-allocator-replicas",
 	} {
 		if !strings.Contains(string(out), want+" created (server dry run)") {
 			t.Errorf("dry run output lacks %q:\n%s", want, out)
@@ -87,7 +88,19 @@ func TestManifest(t *testing.T) {
 			{"get", "", "secrets", "default", true},
 			{"list", "", "secrets", "default", true},
 			{"watch", "", "secrets", "default", true},
+			// Replica membership: its own namespace's Leases.
+			{"get", "coordination.k8s.io", "leases", allocatorNS, true},
+			{"list", "coordination.k8s.io", "leases", allocatorNS, true},
+			{"watch", "coordination.k8s.io", "leases", allocatorNS, true},
+			{"create", "coordination.k8s.io", "leases", allocatorNS, true},
+			{"update", "coordination.k8s.io", "leases", allocatorNS, true},
+			{"delete", "coordination.k8s.io", "leases", allocatorNS, true},
 			// What it must not.
+			{"patch", "coordination.k8s.io", "leases", allocatorNS, false},
+			{"deletecollection", "coordination.k8s.io", "leases", allocatorNS, false},
+			{"update", "coordination.k8s.io", "leases", "kube-system", false},
+			{"create", "coordination.k8s.io", "leases", "default", false},
+			{"list", "coordination.k8s.io", "leases", "", false},
 			{"delete", "agones.dev", "gameservers", "games", false},
 			{"create", "agones.dev", "gameservers", "games", false},
 			{"patch", "agones.dev", "gameservers", "games", false},
@@ -135,6 +148,33 @@ func TestManifest(t *testing.T) {
 		}
 		if _, err := ics.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("list secrets in kube-system as the allocator: %v, want Forbidden", err)
+		}
+
+		// The membership itself, as the ServiceAccount: it takes its
+		// Lease in its own namespace, sees it, and deletes it on stop.
+		kb, err := kube.New(kube.Config{REST: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := kube.NewMembership(kube.MembershipConfig{REST: cfg, Namespace: allocatorNS, Identity: "qm-allocator-abc"}, kb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(mctx) }()
+		held := false
+		for deadline := time.Now().Add(20 * time.Second); !held && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			_, err := cs.CoordinationV1().Leases(allocatorNS).Get(ctx, m.Name(), metav1.GetOptions{})
+			held = err == nil
+		}
+		stop()
+		<-done
+		if !held {
+			t.Errorf("the allocator took no Lease in %s as its ServiceAccount", allocatorNS)
+		}
+		if _, err := cs.CoordinationV1().Leases(allocatorNS).Get(ctx, m.Name(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the allocator's Lease after a graceful stop: %v, want NotFound", err)
 		}
 	})
 }

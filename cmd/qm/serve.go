@@ -71,6 +71,7 @@ type serveFlags struct {
 	packedSpread             int
 	replicaShard             string
 	replicas                 int
+	replica                  replicaFlags
 	fleets, limits           string
 	multi                    multiClusterFlags
 	unallocated              string
@@ -103,9 +104,10 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.kubeNamespace, "watch-namespace", "", "--backend kubernetes: the one namespace to watch (default: all)")
 	fs.Float64Var(&f.kubeQPS, "kube-qps", kube.DefaultQPS, "--backend kubernetes: client-side request rate towards the API server (client-go's default of 5 once capped Agones at a few allocations/s)")
 	fs.IntVar(&f.kubeBurst, "kube-burst", kube.DefaultBurst, "--backend kubernetes: client-side burst towards the API server")
-	fs.IntVar(&f.packedSpread, "packed-spread", 0, "Packed allocations choose among this many of the best matches (default: 1, exact Packed; 64 with --replica-shard, enough for each replica's writes in flight to find servers of its own shard)")
+	fs.IntVar(&f.packedSpread, "packed-spread", 0, "Packed allocations choose among at least this many of the best matches; write conflicts widen it for a while (default: 1, exact Packed, for a lone replica; 64 with other replicas, enough for each replica's writes in flight to find servers of its own shard)")
 	fs.StringVar(&f.replicaShard, "replica-shard", "", "with --replicas: this replica's number (0..replicas-1), or \"hostname\" to take it from a StatefulSet pod name's ordinal suffix; replicas then prefer different servers within --packed-spread")
-	fs.IntVar(&f.replicas, "replicas", 0, "how many allocator replicas share the cluster (for --replica-shard)")
+	fs.IntVar(&f.replicas, "replicas", 0, "how many allocator replicas share the cluster (for --replica-shard; default: counted from the replicas' Leases, see --membership)")
+	f.replica.register(fs)
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
 	f.multi.register(fs)
 	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits), re-read every 2s so edits apply without a restart; without it every identity may allocate anywhere")
@@ -224,12 +226,6 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		if f.kubeQPS <= 0 || f.kubeBurst <= 0 {
 			return fmt.Errorf("--kube-qps and --kube-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst)
 		}
-		if f.packedSpread == 0 {
-			f.packedSpread = 1
-			if f.replicaShard != "" {
-				f.packedSpread = 64
-			}
-		}
 		kb, err := kube.New(kube.Config{
 			REST: restCfg, Namespace: f.kubeNamespace, Logger: log,
 			QPS: float32(f.kubeQPS), Burst: f.kubeBurst,
@@ -252,6 +248,11 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	metrics := allocator.NewMetrics()
 	if err := metrics.Register(reg); err != nil {
 		return err
+	}
+	if kubeBackend != nil {
+		if err := kubeBackend.Register(reg); err != nil {
+			return err
+		}
 	}
 	fwd, err := f.multi.start(runCtx, log, reg, unallocated)
 	if err != nil {
@@ -284,6 +285,11 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 			return err
 		}
 	}
+	// Only a replica that can serve takes a shard.
+	stopMembership, err := startMembership(ctx, f, kubeBackend, log)
+	if err != nil {
+		return err
+	}
 
 	go tlsSrv.Run(runCtx)
 	if limitsFile != nil {
@@ -310,6 +316,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	case err := <-srv.Errors():
 		log.Error("shutting down after a listener failed", "err", err)
 	}
+	stopMembership()
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownWait+f.drainDelay)
 	defer cancel()
 	err = srv.Shutdown(sctx)

@@ -289,9 +289,9 @@ func TestDeployStartupProbeOutlastsSyncTimeout(t *testing.T) {
 		} `yaml:"spec"`
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	for set.Kind != "StatefulSet" {
+	for set.Kind != "Deployment" {
 		if err := dec.Decode(&set); err != nil {
-			t.Fatalf("no StatefulSet in deploy/allocator.yaml: %v", err)
+			t.Fatalf("no Deployment in deploy/allocator.yaml: %v", err)
 		}
 	}
 	c := set.Spec.Template.Spec.Containers[0]
