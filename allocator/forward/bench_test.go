@@ -83,11 +83,26 @@ type benchRig struct {
 	taken         atomic.Int64
 }
 
-func newBenchRig(b *testing.B, entryPolicies func(remote string) []core.Policy) *benchRig {
+// smallFleets is an entry allocator's own fleet when it serves nothing
+// itself: a fleet of its own would only add to the heap every garbage
+// collection of the shared process scans.
+const smallFleets = `
+apiVersion: quartermaster.dev/v1alpha1
+kind: Fleets
+nodes: 1
+fleets:
+- name: other
+  replicas: 1
+  labels: {mode: other}
+`
+
+// newBenchRig starts the remote (a large fleet) and the entry (entryFleets,
+// and tryTimeout per forwarded call; the default when zero).
+func newBenchRig(b *testing.B, entryFleets string, tryTimeout time.Duration, entryPolicies func(remote string) []core.Policy) *benchRig {
 	b.Helper()
 	r := &benchRig{pki: newRigPKI(b)}
 	r.remote = startAllocator(b, r.pki, "remote", rigOptions{fleets: benchFleets})
-	r.entry = startAllocator(b, r.pki, "entry", rigOptions{fleets: benchFleets, tryTimeout: 200 * time.Millisecond})
+	r.entry = startAllocator(b, r.pki, "entry", rigOptions{fleets: entryFleets, tryTimeout: tryTimeout})
 	r.entry.store.Replace(forward.NewSet(map[string][]core.Policy{"default": entryPolicies(r.remote.addr)},
 		[]forward.Secret{r.pki.secret(b, "to-remote", "entry")}))
 	return r
@@ -266,7 +281,7 @@ func interleave(b *testing.B, r *benchRig, callers int, names []string, calls ma
 }
 
 func BenchmarkForwardThroughput(b *testing.B) {
-	r := newBenchRig(b, func(remote string) []core.Policy { return []core.Policy{remotePolicy("remote", remote, 1)} })
+	r := newBenchRig(b, smallFleets, 0, func(remote string) []core.Policy { return []core.Policy{remotePolicy("remote", remote, 1)} })
 	direct := allocation.NewAllocationServiceClient(r.client(b, r.remote.addr))
 	entry := allocation.NewAllocationServiceClient(r.client(b, r.entry.addr))
 	ctx := context.Background()
@@ -306,7 +321,7 @@ func BenchmarkForwardThroughput(b *testing.B) {
 }
 
 func BenchmarkForwardLone(b *testing.B) {
-	r := newBenchRig(b, func(remote string) []core.Policy { return []core.Policy{remotePolicy("remote", remote, 1)} })
+	r := newBenchRig(b, smallFleets, 0, func(remote string) []core.Policy { return []core.Policy{remotePolicy("remote", remote, 1)} })
 	direct := allocation.NewAllocationServiceClient(r.client(b, r.remote.addr))
 	entry := allocation.NewAllocationServiceClient(r.client(b, r.entry.addr))
 	ctx := context.Background()
@@ -324,7 +339,8 @@ func BenchmarkForwardLone(b *testing.B) {
 	names := []string{"direct", "forwarded", "roundtrip"}
 	var excess []float64 // per round: forwarded p50 - (direct p50 + round trip p50), µs
 	var p50 = map[string][]float64{}
-	cpu := map[string][]float64{} // µs of this process's CPU per call
+	cpu := map[string][]float64{}     // µs of this process's CPU per call
+	mallocs := map[string][]float64{} // heap allocations per call, whole process
 	for range b.N {
 		for round := range *fwdRounds {
 			lats := map[string]*durations{"direct": {}, "forwarded": {}, "roundtrip": {}}
@@ -333,9 +349,13 @@ func BenchmarkForwardLone(b *testing.B) {
 				b.StopTimer()
 				r.refill(false)
 				b.StartTimer()
+				var m0, m1 runtime.MemStats
+				runtime.ReadMemStats(&m0)
 				c0 := cpuTime()
 				k := run(b, 1, *fwdSlice, lats[n], calls[n])
 				cpu[n] = append(cpu[n], float64((cpuTime()-c0).Microseconds())/float64(max(k, 1)))
+				runtime.ReadMemStats(&m1)
+				mallocs[n] = append(mallocs[n], float64(m1.Mallocs-m0.Mallocs)/float64(max(k, 1)))
 				r.taken.Add(k)
 			}
 			for _, n := range names {
@@ -350,13 +370,16 @@ func BenchmarkForwardLone(b *testing.B) {
 	for _, n := range names {
 		b.ReportMetric(medianOf(p50[n]), n+"-p50-µs")
 		b.ReportMetric(medianOf(cpu[n]), n+"-cpu-µs/req")
+		b.ReportMetric(medianOf(mallocs[n]), n+"-allocs/req")
 	}
 	b.ReportMetric(medianOf(excess), "fwd-minus-direct-minus-rtt-p50-µs")
 }
 
 func BenchmarkForwardBreakerOpen(b *testing.B) {
 	down := blackHole(b)
-	r := newBenchRig(b, func(string) []core.Policy {
+	// The entry serves the fall-through from a fleet of its own; a short
+	// try timeout opens the breaker quickly.
+	r := newBenchRig(b, benchFleets, 200*time.Millisecond, func(string) []core.Policy {
 		return []core.Policy{
 			remotePolicy("down", down, 1),
 			{Name: "here", Priority: 2, Weight: 1, Connection: core.ConnectionInfo{ClusterName: "here", Namespace: "default"}},
