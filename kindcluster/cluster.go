@@ -500,7 +500,12 @@ func (c *Cluster) Stop() error {
 		if len(errs) > 0 {
 			c.stopErr = fmt.Errorf("stop cluster %q: %w", c.opts.Name, errors.Join(errs...))
 		}
-		c.logf("cluster %q stopped", c.opts.Name)
+		// A start that failed before any process ran (its directory
+		// taken by a running cluster of that name, say) stopped nothing,
+		// and saying "stopped" would suggest the running one was.
+		if c.etcd != nil || c.apiserver != nil {
+			c.logf("cluster %q stopped", c.opts.Name)
+		}
 	})
 	return c.stopErr
 }

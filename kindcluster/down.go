@@ -20,7 +20,7 @@ import (
 func StopDir(dir string, grace time.Duration) error {
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no cluster in %s (no %s)", dir, stateFile)
+		return removeHalfMade(dir)
 	}
 	if err != nil {
 		return err
@@ -55,6 +55,77 @@ func StopDir(dir string, grace time.Duration) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// halfMadeEntries are the names a cluster directory holds before its
+// state file is written (see writeFiles and the commands' paths).
+var halfMadeEntries = map[string]bool{
+	"pki": true, "certs": true, kubeconfigFile: true, "etcd": true, etcdLog: true, apiserverLog: true,
+}
+
+// removeHalfMade removes a cluster directory whose start-up never finished
+// (no state file: the start was killed, or the machine went down), once it
+// is sure of two things: the directory holds nothing but what a start-up
+// writes, so a mistyped --dir cannot delete someone's files, and no process
+// still runs from it, so a start-up in progress is not pulled from under
+// its own etcd.
+func removeHalfMade(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return fmt.Errorf("no cluster in %s (it is empty; nothing to stop)", dir)
+	}
+	for _, e := range entries {
+		if !halfMadeEntries[e.Name()] {
+			return fmt.Errorf("no cluster in %s (no %s, and %s is not a file a cluster start-up writes): leaving it alone", dir, stateFile, e.Name())
+		}
+	}
+	pids, known := processesUsing(dir)
+	if !known {
+		return fmt.Errorf("%s has no %s (a start-up that did not finish) and this system cannot list processes: stop any etcd or kube-apiserver using it, then remove it by hand", dir, stateFile)
+	}
+	if len(pids) > 0 {
+		return fmt.Errorf("%s has no %s yet but processes %v still run from it (a start-up in progress?): stop that first (Ctrl-C where it runs)", dir, stateFile, pids)
+	}
+	return os.RemoveAll(dir)
+}
+
+// processesUsing lists the processes whose command line names dir or a path
+// inside it (etcd's --data-dir, kube-apiserver's --cert-dir). known is false
+// where there is no /proc to read.
+func processesUsing(dir string) (pids []int, known bool) {
+	if !dirExists("/proc/self") {
+		return nil, false
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	inside := []byte(filepath.Clean(dir) + string(filepath.Separator))
+	exact := []byte(filepath.Clean(dir))
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		for _, arg := range bytes.Split(b, []byte{0}) {
+			// "--data-dir=/x/etcd" and "/x/etcd" both count.
+			if _, v, ok := bytes.Cut(arg, []byte("=")); ok {
+				arg = v
+			}
+			if bytes.Equal(arg, exact) || bytes.HasPrefix(arg, inside) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids, true
 }
 
 // killGroup sends SIGTERM to the process group pid leads, then SIGKILL

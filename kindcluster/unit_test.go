@@ -259,3 +259,85 @@ func TestStopDirKillsOrphans(t *testing.T) {
 		t.Error("StopDir on an empty place should say there is no cluster")
 	}
 }
+
+// TestStopDirHalfMade: a start-up killed before it wrote its state file
+// leaves a directory that `qm cluster down` must clear, but only when
+// nothing runs from it and nothing in it is foreign.
+func TestStopDirHalfMade(t *testing.T) {
+	if !dirExists("/proc/self") {
+		t.Skip("no /proc: half-made directories are left to the user")
+	}
+	halfMade := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "c")
+		for _, f := range []string{"pki/ca.crt", kubeconfigFile, etcdLog} {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+
+	t.Run("removed", func(t *testing.T) {
+		dir := halfMade(t)
+		if err := StopDir(dir, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("half-made dir still there: %v", err)
+		}
+	})
+
+	t.Run("foreign file kept", func(t *testing.T) {
+		dir := halfMade(t)
+		if err := os.WriteFile(filepath.Join(dir, "precious"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := StopDir(dir, time.Second); err == nil || !strings.Contains(err.Error(), "precious") {
+			t.Errorf("got %v, want a refusal naming the foreign file", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "precious")); err != nil {
+			t.Errorf("foreign file removed: %v", err)
+		}
+	})
+
+	t.Run("process still running", func(t *testing.T) {
+		if _, err := os.Stat("/bin/sh"); err != nil {
+			t.Skip("no /bin/sh")
+		}
+		dir := halfMade(t)
+		// Stands in for an etcd of a start-up in progress: its command line
+		// names the data directory inside the cluster's.
+		p, err := ExecRunner{}.Start(Command{Path: "/bin/sh", Args: []string{"-c", "sleep 60", "--data-dir=" + filepath.Join(dir, "etcd")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Stop(time.Second) })
+		err = StopDir(dir, time.Second)
+		if err == nil || !strings.Contains(err.Error(), strconv.Itoa(p.Pid())) {
+			t.Errorf("got %v, want a refusal naming process %d", err, p.Pid())
+		}
+		if _, err := os.Stat(filepath.Join(dir, kubeconfigFile)); err != nil {
+			t.Errorf("dir of a running start-up removed: %v", err)
+		}
+	})
+}
+
+// TestBusyDirSaysNothingStopped: `qm cluster up` refused because the
+// cluster of that name is up must not log that a cluster "stopped".
+func TestBusyDirSaysNothingStopped(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, stateFile), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	_, err := Start(context.Background(), Options{Name: "dev", Dir: dir, BinDir: "BIN", Runner: &DryRunner{Out: new(bytes.Buffer)}, Log: &log})
+	if err == nil {
+		t.Fatal("a busy directory was accepted")
+	}
+	if strings.Contains(log.String(), "stopped") {
+		t.Errorf("log says something stopped:\n%s", log.String())
+	}
+}

@@ -125,6 +125,12 @@ func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		opts.Log = nil
 	}
 	c, err := kindcluster.Start(ctx, opts)
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C while starting is a request to stop, not a failure: Start
+		// has already stopped what it started and removed the directory.
+		fmt.Fprintf(stderr, "interrupted during start-up; cluster %q stopped\n", *name)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -137,13 +143,34 @@ func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) err
 kubeconfig: %s
 
   export KUBECONFIG=%s
-  kubectl get gameservers,fleets,gameserverallocationpolicies -A
+  %s get gameservers,fleets,gameserverallocationpolicies -A
 
 Ctrl-C here, or 'qm cluster down --name %s', stops it and removes %s.
-`, c.Name(), c.Server(), c.KubeconfigPath(), c.KubeconfigPath(), c.Name(), c.Dir())
+`, c.Name(), c.Server(), c.KubeconfigPath(), c.KubeconfigPath(), kubectlPath(*binDir), c.Name(), c.Dir())
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "stopping cluster", c.Name())
 	return c.Stop()
+}
+
+// kubectlPath is how to run the kubectl built beside etcd and
+// kube-apiserver (bin/kubectl from the repository root), so that the
+// printed commands work on a machine with no kubectl, or another version,
+// on its PATH.
+func kubectlPath(binDir string) string {
+	if binDir == "" {
+		d, err := kindcluster.DefaultBinDir()
+		if err != nil {
+			return "kubectl"
+		}
+		binDir = d
+	}
+	p := filepath.Join(binDir, "kubectl")
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(rel, "..") {
+			return rel
+		}
+	}
+	return p
 }
 
 func clusterDown(args []string, stdout, stderr io.Writer) error {
