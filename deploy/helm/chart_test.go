@@ -225,6 +225,8 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"serve.logFormat=xml", "/serve/logFormat"},
 		{"installCRDs=maybe", "/installCRDs"},
 		{"limits.config.identites.x.admin=true", "identites"},
+		{"limits.config.identities.matchmaker.requestPerSecond=5", "/limits/config/identities/matchmaker"},
+		{"limits.config.default.maxAllocations=-1", "/limits/config/default/maxAllocations"},
 		{"tls.certManager.issuerRef.kind=ClusterIssuer", "/tls/certManager/issuerRef"},
 		{"loadgen.shards=0", "/loadgen/shards"},
 		{"metrics.serviceMonitor.enable=true", "enable"},
