@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
@@ -146,5 +148,18 @@ func TestVersionLine(t *testing.T) {
 	// print one line from it.
 	if code, out, _ := runQM("version"); code != 0 || !strings.HasPrefix(out, "qm ") || strings.Count(out, "\n") != 1 {
 		t.Errorf("qm version: exit %d, %q", code, out)
+	}
+}
+
+// TestServeBadBackendTouchesNothing: a mistyped --backend is a usage
+// error found before serve makes development certificates.
+func TestServeBadBackendTouchesNothing(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	code, _, errOut := runQM("serve", "--backend", "bogus", "--state-dir", state, "--addr", "127.0.0.1:0", "--http-addr", "")
+	if code != 2 || !strings.Contains(errOut, `--backend "bogus"`) {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the state directory was touched: %v", err)
 	}
 }

@@ -140,6 +140,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.maxStreams > 1<<31 || f.maxRequestBytes <= 0 {
 		return usageFail(stderr, "serve", usage, "--max-concurrent-streams and --max-request-bytes must be positive and sensible")
 	}
+	// Checked here, before serve writes development certificates into the
+	// state directory: a typo must cost nothing.
+	if f.backend != "memory" && f.backend != "kubernetes" {
+		return usageFail(stderr, "serve", usage, "--backend %q: want memory or kubernetes", f.backend)
+	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return usageFail(stderr, "serve", usage, "%v", err)
