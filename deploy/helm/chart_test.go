@@ -18,9 +18,8 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/engine"
-	"helm.sh/helm/v4/pkg/getter"
+	"helm.sh/helm/v4/pkg/strvals"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/ from the chart")
@@ -68,11 +67,7 @@ func render(t testing.TB, namespace string, files, set []string) (string, error)
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
 	}
-	opts := values.Options{ValueFiles: files, Values: set}
-	user, err := opts.MergeValues(getter.Providers{})
-	if err != nil {
-		t.Fatalf("values: %v", err)
-	}
+	user := userValues(t, files, set)
 	caps := common.DefaultCapabilities.Copy()
 	caps.KubeVersion = *kubeVersion(t)
 	vals, err := chartutil.ToRenderValuesWithSchemaValidation(ch, user,
@@ -98,6 +93,32 @@ func render(t testing.TB, namespace string, files, set []string) (string, error)
 		}
 	}
 	return b.String(), nil
+}
+
+// userValues merges values as `helm -f FILE --set K=V` does: files in
+// order, later keys over earlier ones, then the --set values. (Helm's own
+// pkg/cli/values does the same but also fetches URLs, which would pull
+// Helm's registry and getter code into this module's build.)
+func userValues(t testing.TB, files, set []string) map[string]any {
+	t.Helper()
+	vals := map[string]any{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := loader.LoadValues(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		vals = loader.MergeMaps(vals, m)
+	}
+	for _, kv := range set {
+		if err := strvals.ParseInto(kv, vals); err != nil {
+			t.Fatalf("--set %s: %v", kv, err)
+		}
+	}
+	return vals
 }
 
 // splitDocs returns the non-empty YAML documents of a rendered template,
@@ -184,12 +205,7 @@ func lineDiff(want, got string) string {
 func TestLint(t *testing.T) {
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			opts := values.Options{ValueFiles: v.files, Values: v.set}
-			user, err := opts.MergeValues(getter.Providers{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := lint.RunAll(chartDir, user, v.namespace, lint.WithKubeVersion(kubeVersion(t)))
+			res := lint.RunAll(chartDir, userValues(t, v.files, v.set), v.namespace, lint.WithKubeVersion(kubeVersion(t)))
 			for _, m := range res.Messages {
 				if m.Severity > support.InfoSev {
 					t.Errorf("lint: %s", m)
