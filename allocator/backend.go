@@ -100,7 +100,7 @@ func (e *ConflictError) Error() string {
 // have moved on: choose (with a hold), commit, and on a conflict put the
 // fresh state into the index, drop the hold and choose again, at most
 // maxRetries times, then ErrContention. The core is never told about the
-// race except through the fresh state, as architecture.md asks.
+// race except through the fresh state, as docs/architecture.md asks.
 func CommitLoop(ctx context.Context, ix *core.Index, c Committer, req *core.Request, now time.Time, seed uint64, maxRetries int) (*Allocation, error) {
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {

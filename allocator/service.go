@@ -144,7 +144,7 @@ func (s *Service) seed() uint64 {
 }
 
 // Allocate serves one AllocationRequest for identity. Errors are gRPC
-// status errors with the codes of agones-compat.md.
+// status errors with the codes of docs/agones-compat.md.
 func (s *Service) Allocate(ctx context.Context, identity string, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
 	start := time.Now()
 	s.metrics.InFlight.Inc()

@@ -84,7 +84,7 @@ func TestJSONRequestGolden(t *testing.T) {
 	}
 }
 
-// TestJSONRequestFacts states the REST facts of agones-compat.md outright,
+// TestJSONRequestFacts states the REST facts of docs/agones-compat.md outright,
 // so that they hold even if a golden file were re-recorded carelessly.
 func TestJSONRequestFacts(t *testing.T) {
 	body := []byte(`{

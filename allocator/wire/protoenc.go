@@ -9,7 +9,7 @@ import (
 )
 
 // Field numbers of AllocationResponse and its nested messages, as in
-// Agones' allocation.proto (agones-compat.md's wire table;
+// Agones' allocation.proto (docs/agones-compat.md's wire table;
 // protowire_test.go checks them against the generated descriptors).
 const (
 	fRespGameServerName = 2

@@ -13,11 +13,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// These tests pin the wire format to agones-compat.md. Every field number
+// These tests pin the wire format to docs/agones-compat.md. Every field number
 // below is typed in from the table in that document, never read from the
 // generated code, so a wrong number in allocation.proto fails here.
 
-// Field numbers from agones-compat.md's wire table.
+// Field numbers from docs/agones-compat.md's wire table.
 const (
 	reqNamespace           = 1
 	reqMultiClusterSetting = 2

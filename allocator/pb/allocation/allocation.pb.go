@@ -2,7 +2,7 @@
 // built against Agones (a matchmaker's director, the allocator-client example,
 // curl) talks to Quartermaster unchanged. Package, service, message names,
 // field names, field numbers and enum values are interface facts (the wire
-// table of the project's agones-compat.md); changing any of them breaks
+// table of docs/agones-compat.md); changing any of them breaks
 // existing clients on the wire or in JSON.
 //
 // Never add fields or methods here: Quartermaster's own extensions live in
