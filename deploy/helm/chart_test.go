@@ -382,6 +382,59 @@ func TestRenderedParts(t *testing.T) {
 			t.Errorf("full rendering lacks %s %s", want.kind, want.name)
 		}
 	}
+	// The ServiceMonitor finds exactly one Service, and it has the port
+	// the monitor scrapes.
+	var sm struct {
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+			Endpoints []struct {
+				Port string `yaml:"port"`
+			} `yaml:"endpoints"`
+		} `yaml:"spec"`
+	}
+	if o := find(full, "ServiceMonitor", "qm-allocator"); o != nil {
+		if err := o.raw.Decode(&sm); err != nil {
+			t.Fatal(err)
+		}
+		var matched []string
+		for _, svc := range full {
+			var s struct {
+				Metadata struct {
+					Labels map[string]string `yaml:"labels"`
+				} `yaml:"metadata"`
+				Spec struct {
+					Ports []struct {
+						Name string `yaml:"name"`
+					} `yaml:"ports"`
+				} `yaml:"spec"`
+			}
+			if svc.Kind != "Service" || svc.raw.Decode(&s) != nil {
+				continue
+			}
+			all := len(sm.Spec.Selector.MatchLabels) > 0
+			for k, v := range sm.Spec.Selector.MatchLabels {
+				all = all && s.Metadata.Labels[k] == v
+			}
+			if !all {
+				continue
+			}
+			matched = append(matched, svc.Metadata.Name)
+			for _, ep := range sm.Spec.Endpoints {
+				found := false
+				for _, p := range s.Spec.Ports {
+					found = found || p.Name == ep.Port
+				}
+				if !found {
+					t.Errorf("ServiceMonitor scrapes port %q, which Service %s lacks", ep.Port, svc.Metadata.Name)
+				}
+			}
+		}
+		if len(matched) != 1 {
+			t.Errorf("ServiceMonitor selects Services %v, want exactly one", matched)
+		}
+	}
 	if rb := find(full, "RoleBinding", "qm-allocator"); rb == nil || rb.Metadata.Namespace != "games" {
 		t.Errorf("watchNamespace=games: no RoleBinding qm-allocator in games")
 	}
