@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -86,4 +87,23 @@ func TestCitedDocsExist(t *testing.T) {
 func isModuleRoot(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, "go.mod"))
 	return err == nil
+}
+
+// TestDocumentedOutputsIgnored: files the README's commands write into the
+// checkout (qm sim --out results.json) must not show up as changes to
+// commit. Needs git and a checkout; skipped in a source tarball.
+func TestDocumentedOutputsIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	if _, err := os.Stat(filepath.Join("..", ".git")); err != nil {
+		t.Skip("not a git checkout")
+	}
+	for _, f := range []string{"results.json", "bin/qm"} {
+		cmd := exec.Command("git", "check-ignore", "-q", f)
+		cmd.Dir = ".."
+		if err := cmd.Run(); err != nil {
+			t.Errorf("%s is not ignored by git (git check-ignore: %v)", f, err)
+		}
+	}
 }
