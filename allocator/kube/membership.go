@@ -272,8 +272,16 @@ func (m *Membership) run(ctx context.Context, release bool) {
 	}
 }
 
-// renew creates or renews our Lease.
+// renew creates or renews our Lease. One attempt is bounded by the renew
+// interval, so a slow API server delays the next attempt (and the view's
+// updates, which share the loop) by no more than that.
 func (m *Membership) renew(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewInterval)
+	defer cancel()
+	m.renewOnce(ctx)
+}
+
+func (m *Membership) renewOnce(ctx context.Context) {
 	now := metav1.NewMicroTime(time.Now())
 	m.mu.Lock()
 	held := m.held
@@ -301,7 +309,7 @@ func (m *Membership) renew(ctx context.Context) {
 			// Someone took it for dead (we were cut off longer than its
 			// duration) and cleaned it up: create it again.
 			m.setHeld(nil)
-			m.renew(ctx)
+			m.renewOnce(ctx)
 			return
 		case apierrors.IsConflict(err):
 			// Only we write our Lease, except a cleanup that lost to us;
@@ -310,8 +318,8 @@ func (m *Membership) renew(ctx context.Context) {
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return // stopping
 		}
 		m.failed(err)
 		return

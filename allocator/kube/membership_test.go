@@ -3,9 +3,11 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
@@ -300,6 +303,57 @@ var _ = Describe("replicas without configuration", func() {
 		Entry("with Leases (the default)", true),
 		Entry("without membership: conflicts widen the spread instead of failing requests", false),
 	)
+
+	It("without Lease RBAC: say why, go on alone, and join once it is granted", func() {
+		ns := newNamespace(ctx)
+		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))
+		create(ctx, agonesLike(ns, "gs-b", "green", "node-1"))
+		cs, err := cluster.Clientset()
+		Expect(err).NotTo(HaveOccurred())
+		// A ServiceAccount that may use GameServers but not Leases.
+		cfg := serviceAccountConfig(ctx, ns, "allocator")
+		subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "allocator", Namespace: ns}}
+		_, err = cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gameservers"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"agones.dev"}, Resources: []string{"gameservers"}, Verbs: []string{"get", "list", "watch", "update"}},
+		}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gameservers"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "gameservers"}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		other := startReplica(ctx, ns, ns, "allowed", false)
+		logs := &lockedBuffer{}
+		b, err := kube.New(kube.Config{REST: cfg, Namespace: ns})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() error { return b.Start(ctx) }, 10*time.Second).Should(Succeed())
+		m, err := kube.NewMembership(kube.MembershipConfig{REST: cfg, Namespace: ns, Identity: "forbidden",
+			Logger: slog.New(slog.NewTextHandler(logs, nil))}, b)
+		Expect(err).NotTo(HaveOccurred())
+		mctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(mctx) }()
+		DeferCleanup(func() { stop(); <-done })
+
+		Eventually(logs.String, 5*time.Second).Should(ContainSubstring("cannot hold the replica Lease"))
+		Expect(logs.String()).To(ContainSubstring("reason=forbidden"))
+		Expect(logs.String()).To(ContainSubstring("leases.coordination.k8s.io"))
+		Expect(strings.Count(logs.String(), "cannot hold the replica Lease")).To(Equal(1), "logged once, not every interval")
+		Expect(m.View().Replicas).To(Equal(1))
+		_, err = b.Allocate(ctx, fleetRequest(ns, "green"), time.Now(), 1)
+		Expect(err).NotTo(HaveOccurred(), "a replica without a Lease still allocates")
+
+		// Granted: within a renewal or two it holds its Lease, and both
+		// replicas count two.
+		_, err = cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "leases"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "leases"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "leases"}}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() []int { return []int{m.View().Replicas, other.m.View().Replicas} }, 20*time.Second, 100*time.Millisecond).Should(Equal([]int{2, 2}))
+		Expect(logs.String()).To(ContainSubstring("holding the replica Lease again"))
+	})
 
 	It("packs exactly on one replica: the reference for the spread's packing", func() {
 		servers := envInt("QM_REPLICA_SERVERS", 450)
