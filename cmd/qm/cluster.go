@@ -102,13 +102,14 @@ func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *topology != "" {
-		if t, onKind, err := loadRigTopology(*topology, *provider); err != nil || onKind {
-			if err != nil {
-				return err
-			}
+		t, onKind, err := loadRigTopology(*topology, *provider)
+		if err != nil {
+			return err
+		}
+		if onKind {
 			return kindUp(ctx, t, *dir, *dryRun, *timeout, kf, stdout, stderr)
 		}
-		return rigUp(ctx, *topology, *dir, *binDir, *dryRun, *timeout, stdout, stderr)
+		return rigUp(ctx, t, *dir, *binDir, *dryRun, *timeout, stdout, stderr)
 	}
 	if *dir == "" {
 		*dir = defaultClusterDir(*name)
@@ -205,11 +206,7 @@ func clusterDown(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func rigUp(ctx context.Context, file, dir, binDir string, dryRun bool, timeout time.Duration, stdout, stderr io.Writer) error {
-	t, err := rig.Load(file)
-	if err != nil {
-		return err
-	}
+func rigUp(ctx context.Context, t *rig.Topology, dir, binDir string, dryRun bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	for _, n := range t.NotModelled() {
 		fmt.Fprintln(stderr, "note: not modelled live:", n)
 	}

@@ -72,3 +72,30 @@ func TestClusterCheckKind(t *testing.T) {
 		t.Errorf("check --provider local: exit %d, %q", code, errOut)
 	}
 }
+
+// TestClusterUpProviderFromFile: a topology that says provider: kind comes
+// up on kind without the flag, and --provider local overrides it.
+func TestClusterUpProviderFromFile(t *testing.T) {
+	src, err := os.ReadFile("../../examples/rig-burst-to-cloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "kind.yaml")
+	if err := os.WriteFile(file, []byte(strings.Replace(string(src), "spec:\n", "spec:\n  provider: kind\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "kind create cluster --name qm-on-prem"},
+		{[]string{"--provider", "local"}, "kube-apiserver"},
+	} {
+		dir := filepath.Join(t.TempDir(), "rig")
+		args := append([]string{"cluster", "up", "--topology", file, "--dry-run", "--dir", dir}, tc.flags...)
+		code, out, errOut := runQM(args...)
+		if code != 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("qm %s: exit %d, want %q in the dry run\n%s\n%s", strings.Join(args, " "), code, tc.want, out, errOut)
+		}
+	}
+}
