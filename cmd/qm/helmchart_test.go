@@ -19,9 +19,9 @@ import (
 // TestHelmChartArgs does for the Helm chart (deploy/helm/quartermaster)
 // what TestDeployManifestArgs does for deploy/allocator.yaml, on the chart's
 // golden renderings (deploy/helm's tests keep those equal to what the chart
-// renders): the allocator's arguments are flags qm serve accepts, every
-// pod's ordinal is a valid shard of --replicas, the directories it is given
-// are the ones mounted, a rendered limits file is one qm serve loads, and
+// renders): the allocator's arguments are flags qm serve accepts, the
+// replicas take their shards from Leases (a Deployment's pod names carry no
+// ordinal), the directories it is given are the ones mounted, a rendered limits file is one qm serve loads, and
 // the loadgen Job's pods run valid qm load shards of the whole.
 func TestHelmChartArgs(t *testing.T) {
 	goldens, err := filepath.Glob(filepath.Join("..", "..", "deploy", "helm", "testdata", "*.golden.yaml"))
@@ -38,15 +38,15 @@ func TestHelmChartArgs(t *testing.T) {
 			sets := 0
 			for _, d := range docs {
 				switch d.Kind {
-				case "StatefulSet":
+				case "Deployment":
 					sets++
-					checkChartStatefulSet(t, d, docs)
+					checkChartDeployment(t, d, docs)
 				case "Job":
 					checkChartLoadJob(t, d)
 				}
 			}
 			if sets != 1 {
-				t.Errorf("%d StatefulSets, want 1", sets)
+				t.Errorf("%d Deployments, want 1", sets)
 			}
 		})
 	}
@@ -101,10 +101,10 @@ func chartDocs(t *testing.T, raw []byte) []chartDoc {
 	}
 }
 
-func checkChartStatefulSet(t *testing.T, set chartDoc, docs []chartDoc) {
+func checkChartDeployment(t *testing.T, set chartDoc, docs []chartDoc) {
 	cs := set.Spec.Template.Spec.Containers
 	if len(cs) != 1 || len(cs[0].Args) == 0 || cs[0].Args[0] != "serve" {
-		t.Fatalf("StatefulSet %s: want one container running qm serve, have %+v", set.Meta.Name, cs)
+		t.Fatalf("Deployment %s: want one container running qm serve, have %+v", set.Meta.Name, cs)
 	}
 	var f serveFlags
 	if err := serveFlagSet(&f).Parse(cs[0].Args[1:]); err != nil {
@@ -113,19 +113,14 @@ func checkChartStatefulSet(t *testing.T, set chartDoc, docs []chartDoc) {
 	if f.backend != "kubernetes" {
 		t.Fatalf("--backend %q, want kubernetes", f.backend)
 	}
-	// Without --replicas and --replica-shard (serve.shards=leases) the
-	// replicas count each other through Leases: no fixed shard to check.
+	// Several replicas share the servers by Lease membership; fixed
+	// shards would need --replicas kept in step with the Deployment and,
+	// for "hostname", pod names with ordinals, which a Deployment's lack.
 	if f.replicas != 0 || f.replicaShard != "" {
-		if f.replicas != set.Spec.Replicas {
-			t.Fatalf("--replicas %d; want the StatefulSet's %d", f.replicas, set.Spec.Replicas)
-		}
-		for ord := range set.Spec.Replicas {
-			pod := set.Meta.Name + "-" + strconv.Itoa(ord)
-			shard, err := parseReplicaShard(f.replicaShard, f.replicas, func() (string, error) { return pod, nil })
-			if err != nil || shard != ord {
-				t.Errorf("pod %s: shard %d, %v; want %d", pod, shard, err, ord)
-			}
-		}
+		t.Errorf("--replicas %d, --replica-shard %q: a Deployment's replicas take their shards from Leases", f.replicas, f.replicaShard)
+	}
+	if set.Spec.Replicas > 1 && !f.replica.membership {
+		t.Errorf("%d replicas with --membership=false: they would all prefer the same servers", set.Spec.Replicas)
 	}
 	mounts := map[string]string{} // mount path -> volume
 	for _, m := range cs[0].VolumeMounts {

@@ -247,6 +247,8 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"loadgen.shards=0", "/loadgen/shards"},
 		{"metrics.serviceMonitor.enable=true", "enable"},
 		{"name=QM_Allocator", "/name"},
+		{"membership=false", "/replicas"}, // three replicas without Leases
+		{"rbac.forwarding.namespaces[0]=Games", "/rbac/forwarding/namespaces/0"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := render(t, "quartermaster", nil, []string{tc.set})
@@ -337,9 +339,9 @@ func TestRenderedParts(t *testing.T) {
 	def := objects(t, mustRender(t, variants[0]))
 	for _, want := range []struct{ kind, name string }{
 		{"ServiceAccount", "qm-allocator"}, {"ClusterRole", "qm-allocator"}, {"ClusterRoleBinding", "qm-allocator"},
-		{"Role", "qm-allocator-remote-certs"}, {"RoleBinding", "qm-allocator-remote-certs"},
-		{"Role", "qm-allocator-membership"}, {"RoleBinding", "qm-allocator-membership"},
-		{"StatefulSet", "qm-allocator"}, {"Service", "qm-allocator"}, {"Service", "qm-allocator-pods"},
+		{"ClusterRole", "qm-allocator-remote-certs"}, {"RoleBinding", "qm-allocator-remote-certs"},
+		{"Role", "qm-allocator-replicas"}, {"RoleBinding", "qm-allocator-replicas"},
+		{"Deployment", "qm-allocator"}, {"Service", "qm-allocator"},
 		{"CustomResourceDefinition", "gameservers.agones.dev"}, {"CustomResourceDefinition", "fleets.agones.dev"},
 		{"CustomResourceDefinition", "gameserverallocationpolicies.multicluster.agones.dev"},
 	} {
@@ -352,9 +354,15 @@ func TestRenderedParts(t *testing.T) {
 			t.Errorf("CRD %s would be deleted with the release (no keep policy)", o.Metadata.Name)
 		}
 		switch o.Kind {
-		case "Job", "ConfigMap", "Certificate", "Issuer", "ServiceMonitor":
+		case "Job", "ConfigMap", "Certificate", "Issuer", "ServiceMonitor", "StatefulSet":
 			t.Errorf("default rendering has an optional %s %s", o.Kind, o.Metadata.Name)
 		}
+	}
+
+	// One replica without membership: told so, and no Lease Role.
+	lone := mustRender(t, variant{name: "lone", namespace: "quartermaster", set: []string{"membership=false", "replicas=1"}})
+	if !strings.Contains(lone, "- --membership=false\n") || find(objects(t, lone), "Role", "qm-allocator-replicas") != nil {
+		t.Errorf("membership=false: want --membership=false and no Lease Role")
 	}
 
 	ag := objects(t, mustRender(t, variants[1]))

@@ -84,11 +84,14 @@ func TestApply(t *testing.T) {
 			{"watch", "agones.dev", "gameservers", "", true},
 			{"get", "agones.dev", "gameservers", "games", true},
 			{"update", "agones.dev", "gameservers", "games", true},
-			// Forwarding.
+			// Forwarding: policies anywhere, Secrets in the forwarding
+			// namespaces (default: default) only.
 			{"list", "multicluster.agones.dev", "gameserverallocationpolicies", "games", true},
 			{"watch", "multicluster.agones.dev", "gameserverallocationpolicies", "", true},
-			{"get", "", "secrets", "quartermaster", true},
-			// Membership.
+			{"get", "", "secrets", "default", true},
+			{"list", "", "secrets", "default", true},
+			{"watch", "", "secrets", "default", true},
+			// Membership: its own namespace's Leases.
 			{"get", "coordination.k8s.io", "leases", "quartermaster", true},
 			{"list", "coordination.k8s.io", "leases", "quartermaster", true},
 			{"watch", "coordination.k8s.io", "leases", "quartermaster", true},
@@ -104,11 +107,16 @@ func TestApply(t *testing.T) {
 			{"update", "multicluster.agones.dev", "gameserverallocationpolicies", "games", false},
 			{"get", "", "secrets", "games", false},
 			{"get", "", "secrets", "kube-system", false},
+			{"get", "", "secrets", "quartermaster", false},
 			{"list", "", "secrets", "quartermaster", false},
+			{"update", "", "secrets", "default", false},
+			{"delete", "", "secrets", "default", false},
 			{"list", "", "secrets", "", false},
 			{"create", "coordination.k8s.io", "leases", "kube-system", false},
+			{"create", "coordination.k8s.io", "leases", "default", false},
 			{"list", "coordination.k8s.io", "leases", "", false},
 			{"patch", "coordination.k8s.io", "leases", "quartermaster", false},
+			{"deletecollection", "coordination.k8s.io", "leases", "quartermaster", false},
 			{"create", "", "pods", "quartermaster", false},
 			{"update", "rbac.authorization.k8s.io", "clusterroles", "", false},
 		} {
@@ -135,8 +143,11 @@ func TestApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ics.CoreV1().Secrets("quartermaster").Get(ctx, "remote-cluster-cert", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("get a secret in the release namespace as the allocator: %v, want NotFound", err)
+		if _, err := ics.CoreV1().Secrets("default").Get(ctx, "remote-cluster-cert", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("get a secret in a forwarding namespace as the allocator: %v, want NotFound", err)
+		}
+		if _, err := ics.CoreV1().Secrets("quartermaster").Get(ctx, "remote-cluster-cert", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("get a secret in its own namespace as the allocator: %v, want Forbidden", err)
 		}
 		if _, err := ics.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("list secrets in kube-system as the allocator: %v, want Forbidden", err)
@@ -179,6 +190,8 @@ func TestApply(t *testing.T) {
 			{"watch", "agones.dev", "gameservers", "games", true},
 			{"update", "agones.dev", "gameservers", "games", true},
 			{"list", "multicluster.agones.dev", "gameserverallocationpolicies", "games", true},
+			{"get", "", "secrets", "games", true},
+			{"get", "", "secrets", "default", true},
 			{"list", "agones.dev", "gameservers", "", false},
 			{"list", "agones.dev", "gameservers", "default", false},
 			{"update", "agones.dev", "gameservers", "default", false},

@@ -1,6 +1,6 @@
 {{/*
 Shared names and labels. The selector labels stay fixed across upgrades
-(a StatefulSet's selector cannot change); everything else may.
+(a Deployment's selector cannot change); everything else may.
 */}}
 
 {{- define "qm.serviceName" -}}
