@@ -33,4 +33,13 @@ if [ -d reports ]; then
   fi
 fi
 
+# kind drives Docker; only the rig's kind provider (and qm, which offers it)
+# may pull it in, so no allocator, rig or test binary carries it by accident.
+bad=$(go list -f '{{.ImportPath}} {{join .Deps " "}}' ./... 2>/dev/null |
+  grep -E ' sigs\.k8s\.io/kind(/| |$)' | cut -d' ' -f1 |
+  grep -vxE "${mod}/kindcluster/kind|${mod}/cmd/qm" || true)
+if [ -n "$bad" ]; then
+  echo "only kindcluster/kind (and cmd/qm) may depend on sigs.k8s.io/kind; these do:"; echo "$bad" | sed 's/^/  /'; fail=1
+fi
+
 exit $fail
