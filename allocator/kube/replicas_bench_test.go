@@ -52,19 +52,20 @@ func BenchmarkReplicasNoConfig(b *testing.B) {
 	c := kindcluster.NewForTest(b, kindcluster.Options{Name: "replicas-bench"}) // fsync on
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
-	const ns = "bench"
 	cs, err := c.Clientset()
 	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	dc, err := c.Dynamic()
 	if err != nil {
 		b.Fatal(err)
 	}
-	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
+	// Every fleet in a namespace of its own, which the phase's replicas
+	// watch: each replica lists and follows its 2,000 servers, as in the
+	// issue, not every phase's.
+	gssOf := func(fleet string) dynamic.ResourceInterface {
+		return dc.Resource(kube.GameServerResource).Namespace(fleet)
+	}
 	kinds := []string{"leases", "adaptive", "one"}
 	fleets := map[string]int{}
 	for r := range rounds {
@@ -77,9 +78,16 @@ func BenchmarkReplicasNoConfig(b *testing.B) {
 		fleets[fmt.Sprintf("raw-%d", i)] = 3 * perReplica
 	}
 	start := time.Now()
-	total, err := createFleets(ctx, gss, ns, fleets)
-	if err != nil {
-		b.Fatal(err)
+	total := 0
+	for fleet, n := range fleets {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleet}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		created, err := createFleets(ctx, gssOf(fleet), fleet, map[string]int{fleet: n})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += created
 	}
 	b.Logf("created %d GameServers in %s", total, time.Since(start).Round(time.Millisecond))
 	b.ResetTimer()
@@ -90,8 +98,8 @@ func BenchmarkReplicasNoConfig(b *testing.B) {
 		fleet := fmt.Sprintf("raw-%d", rawCount)
 		rawCount++
 		p := measured(c, func() *phase {
-			return closedLoop("ceiling: raw Update, known RV", 3*callers, readyOf(ctx, b, gss, fleet), func(u *unstructured.Unstructured) error {
-				return rawAllocate(ctx, gss, u)
+			return closedLoop("ceiling: raw Update, known RV", 3*callers, readyOf(ctx, b, gssOf(fleet), fleet), func(u *unstructured.Unstructured) error {
+				return rawAllocate(ctx, gssOf(fleet), u)
 			})
 		})
 		all = append(all, p)
@@ -116,14 +124,14 @@ func BenchmarkReplicasNoConfig(b *testing.B) {
 		if n == 0 {
 			n = 3
 		}
-		reps := benchReplicas(rctx, b, c, ns, n, kind == "leases")
-		req := request(&core.Request{Namespace: ns, Selectors: []core.Selector{{MatchLabels: map[string]string{core.FleetLabel: fleet}}}})
+		reps := benchReplicas(rctx, b, c, fleet, n, kind == "leases")
+		req := request(&core.Request{Namespace: fleet, Selectors: []core.Selector{{MatchLabels: map[string]string{core.FleetLabel: fleet}}}})
 		// A fifth of the fleet, then packing, then the rest: one phase
 		// whose time excludes the List in between.
 		fifth := servers / 5 / n
 		var first, rest *phase
 		first = measured(c, func() *phase { return replicaLoad("", reps, callers, fifth, req, &seed) })
-		eff := benchPacking(ctx, b, gss, fleet, servers/benchNodes)
+		eff := benchPacking(ctx, b, gssOf(fleet), fleet, servers/benchNodes)
 		rest = measured(c, func() *phase { return replicaLoad("", reps, callers, perReplica-fifth, req, &seed) })
 		p := &phase{
 			name:      fmt.Sprintf("allocate, %d replica(s), %s", n, kind),
