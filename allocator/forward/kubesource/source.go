@@ -280,6 +280,9 @@ func (s *Source) watchLocked(key string) *secretWatch {
 	})
 	_ = w.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		msg := describe("reading Secret "+key, err)
+		if apierrors.IsForbidden(err) {
+			msg += fmt.Sprintf("; bind the ClusterRole qm-allocator-remote-certs to the allocator's ServiceAccount in namespace %q (a RoleBinding, as deploy/allocator.yaml does for default)", ns)
+		}
 		w.lastErr.Store(&msg)
 		s.log.Warn("multi-cluster connection Secret: cannot watch", "secret", key, "err", msg)
 		cache.DefaultWatchErrorHandler(ctx, r, err)

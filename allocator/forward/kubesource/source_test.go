@@ -10,8 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/forward/kubesource"
@@ -223,5 +225,57 @@ func TestSourceNotReadyExplains(t *testing.T) {
 	eventually(t, "a reason", func() bool {
 		err := src.Ready()
 		return err != nil && strings.Contains(err.Error(), "CRD installed")
+	})
+}
+
+// TestSourceSecretForbidden: an allocator that may read policies but not
+// the Secret a policy names says so, naming the binding to add, instead
+// of "not found".
+func TestSourceSecretForbidden(t *testing.T) {
+	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "kubesource-rbac", EtcdUnsafeNoFsync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := c.Dynamic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const user = "system:serviceaccount:games:allocator"
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "policies-only"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"multicluster.agones.dev"}, Resources: []string{"gameserverallocationpolicies"}, Verbs: []string{"get", "list", "watch"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "policies-only"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "policies-only"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dyn.Resource(kubesource.PoliciesResource).Namespace("default").Create(ctx,
+		policy("default", "far", "far", 1, 1, []string{"far.example"}, "to-far", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	src, err := kubesource.New(kubesource.Options{REST: cfg, SecretWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Run(ctx)
+	if !src.WaitForSync(ctx) {
+		t.Fatal("policies never listed")
+	}
+	eventually(t, "a reason for the missing Secret", func() bool {
+		if _, ok := src.Secret("default", "to-far"); ok {
+			t.Fatal("a Secret was read without the right to")
+		}
+		err := src.SecretError("default", "to-far")
+		return err != nil && strings.Contains(err.Error(), "forbidden") && strings.Contains(err.Error(), "qm-allocator-remote-certs")
 	})
 }
