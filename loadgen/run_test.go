@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"math"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -344,5 +345,35 @@ func TestParseTarget(t *testing.T) {
 		if _, err := ParseTarget(in, "grpc"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err %v, want %q", in, err, want)
 		}
+	}
+}
+
+// A run interrupted while it holds sessions (meant to last an hour) gives
+// every one back before Run returns, and leaves no goroutine of its own
+// behind: no sender, release timer, progress printer or call in flight.
+func TestRunLeavesNothingRunning(t *testing.T) {
+	f := newFake(t, true)
+	tg := f.target(t, "t", "allocate")
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	var progress bytes.Buffer
+	res, err := Run(ctx, Config{}, []Target{tg}, Options{NewPacer: constant(300), Duration: time.Hour, Release: true,
+		SessionLength: func() time.Duration { return time.Hour }, Progress: &progress, ProgressEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Targets[0]
+	if !res.Interrupted || r.OK == 0 || r.Released != r.OK || f.releases.Load() != r.OK {
+		t.Errorf("interrupted %v, ok %d, released %d (server saw %d): want every session given back", res.Interrupted, r.OK, r.Released, f.releases.Load())
+	}
+	// Goroutines that are ending may take a moment to be gone.
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before the run, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
