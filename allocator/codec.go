@@ -39,12 +39,12 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.proto.Marshal(v)
 }
 
-// encoded returns size bytes written by appendTo, in a pooled buffer when
-// gRPC would pool one (as its proto codec does).
+// encoded returns size bytes written by appendTo, in a buffer from gRPC's
+// pool, which gRPC gives back once the message is written. Its proto codec
+// pools only messages of 1 KiB and more; an allocation's answer is a few
+// hundred bytes, one per request, and pooling it keeps that much garbage
+// away from the collector.
 func encoded(size int, appendTo func([]byte) []byte) mem.BufferSlice {
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(appendTo(make([]byte, 0, size)))}
-	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
 	*buf = appendTo((*buf)[:0])
