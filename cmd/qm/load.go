@@ -66,7 +66,7 @@ type loadFlags struct {
 	release                       bool
 	out, expect, progress         string
 	requestFile, scenario, stream string
-	shard                         string
+	shard, startAt                string
 	spin                          time.Duration
 	serverPID                     int
 	namespace, scheduling         string
@@ -137,6 +137,25 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if progress != nil {
 		fmt.Fprintf(stderr, "qm load: %s\n", plan.describe())
 	}
+	if !plan.startAt.IsZero() {
+		// Connected first, so a bad address or certificate fails now, not
+		// at the start time; a generator that comes up after the time
+		// starts at once and says how late it is (merge lines the series
+		// up by wall-clock second).
+		if wait := time.Until(plan.startAt); wait > 0 {
+			fmt.Fprintf(stderr, "qm load: starting at %s (in %s)\n", plan.startAt.UTC().Format(time.RFC3339), wait.Round(time.Second))
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				fmt.Fprintln(stderr, "qm load: interrupted before the start; nothing was sent")
+				return exitError{code: 130}
+			}
+		} else {
+			fmt.Fprintf(stderr, "qm load: --start-at %s was %s ago: starting now\n", plan.startAt.UTC().Format(time.RFC3339), (-wait).Round(time.Millisecond))
+		}
+	}
 	res, err := loadgen.Run(ctx, plan.cfg, targets, plan.opt)
 	if err != nil {
 		return err
@@ -200,6 +219,7 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
 	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
+	fs.StringVar(&f.startAt, "start-at", "", "wait, once connected, until this time (RFC 3339, like 2026-11-22T20:00:00Z) to start: generators of one load begin together")
 	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
 	fs.StringVar(&f.namespace, "namespace", "", "namespace to allocate in (default: \"default\")")
 	fs.Var(selectorFlag{&f.sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
@@ -219,6 +239,7 @@ type loadPlan struct {
 	opt        loadgen.Options
 	req        *allocation.AllocationRequest
 	thresholds []loadgen.Threshold
+	startAt    time.Time // zero: at once
 }
 
 func (p *loadPlan) describe() string {
@@ -282,6 +303,17 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		}
 		share, shard = 1/float64(nv), &loadgen.Shard{Index: iv, Count: nv}
 		f.seed += uint64(iv) * 0x9e3779b9 // each shard its own arrivals
+	}
+	if f.startAt != "" {
+		at, err := time.Parse(time.RFC3339, f.startAt)
+		if err != nil {
+			return nil, fmt.Errorf("--start-at %q: want a time like 2026-11-22T20:00:00Z", f.startAt)
+		}
+		// A day ahead is a typo in the date far more often than a plan.
+		if time.Until(at) > 24*time.Hour {
+			return nil, fmt.Errorf("--start-at %s: more than a day from now", f.startAt)
+		}
+		p.startAt = at
 	}
 	ths, err := loadgen.ParseThresholds(f.expect)
 	if err != nil {

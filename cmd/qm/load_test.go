@@ -167,6 +167,25 @@ func TestLoadAgainstServe(t *testing.T) {
 	if !strings.Contains(stderr, "p99.9") || strings.Contains(stdout, "p99.9") {
 		t.Errorf("--out -: want the summary on stderr only; stderr:\n%s", stderr)
 	}
+	// --start-at: connected at once, nothing sent before the time.
+	at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+	startOut := filepath.Join(t.TempDir(), "start.json")
+	_, stderr, err = runLoadCmd(t, "--certs-dir", certsDir, "--addr", addr, "--workers", "1", "--requests", "5",
+		"--selector", "mode=load", "--start-at", at.UTC().Format(time.RFC3339), "--out", startOut)
+	if err != nil {
+		t.Fatalf("--start-at: %v\n%s", err, stderr)
+	}
+	sb, err := os.ReadFile(startOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, err := loadgen.ReadResult(bytes.NewReader(sb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sr.Start.Before(at) || sr.Start.After(at.Add(time.Second)) || !strings.Contains(stderr, "starting at") {
+		t.Errorf("--start-at %s: the run started at %v; stderr %q", at, sr.Start, stderr)
+	}
 	merged := filepath.Join(t.TempDir(), "merged.json")
 	var o, e bytes.Buffer
 	if err := commands["load"].run(context.Background(), []string{"merge", "--out", merged, out, out}, &o, &e); err != nil {
@@ -230,6 +249,8 @@ func TestLoadRefusesBadInput(t *testing.T) {
 		{[]string{"--stream", "x"}, 2, "--stream needs --scenario"},
 		{[]string{"--shard", "4/4"}, 2, "--shard"},
 		{[]string{"--progress", "loud"}, 2, "--progress"},
+		{[]string{"--start-at", "soon"}, 2, `--start-at "soon": want a time like`},
+		{[]string{"--start-at", "2099-01-01T00:00:00Z"}, 2, "more than a day from now"},
 		{[]string{"stray"}, 2, "unexpected arguments"},
 		{[]string{"--certs-dir", dir + "/certs", "--identity", "nobody"}, 1, `no client certificate for identity "nobody"`},
 		{[]string{"--certs-dir", dir + "/certs", "--addr", closed}, 1, "cannot reach it"},
