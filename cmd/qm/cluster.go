@@ -216,6 +216,11 @@ func rigUp(ctx context.Context, t *rig.Topology, dir, binDir string, dryRun bool
 		opts.Log = nil
 	}
 	r, err := rig.Up(ctx, t, opts)
+	if err != nil && ctx.Err() != nil {
+		// As for one cluster: Ctrl-C while starting is a stop, not a failure.
+		fmt.Fprintf(stderr, "interrupted during start-up; rig %q stopped\n", t.Metadata.Name)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
