@@ -47,12 +47,14 @@ func TestStallShowsInP99(t *testing.T) {
 	if r.SendLateness.P99Ms < 700 {
 		t.Errorf("send lateness p99 %.1fms: arrivals waited for a slot during the stall", r.SendLateness.P99Ms)
 	}
-	// Two thirds of the requests were not near the stall.
-	if r.Latency.P50Ms > 50 {
+	// Two thirds of the requests were not near the stall. (Under 250ms,
+	// a quarter of the stall: on a 2-core machine busy with other tests,
+	// under -race, a fast answer can take tens of milliseconds.)
+	if r.Latency.P50Ms > 250 {
 		t.Errorf("p50 %.1fms: most requests came outside the stall", r.Latency.P50Ms)
 	}
 	// The series puts the slow requests in the seconds they were meant for.
-	if len(r.Series) != 3 || r.Series[0].P50Ms > 50 || r.Series[2].P50Ms > 50 || r.Series[1].P50Ms < 400 || r.Series[1].MaxMs < 900 {
+	if len(r.Series) != 3 || r.Series[0].P50Ms > 250 || r.Series[2].P50Ms > 250 || r.Series[1].P50Ms < 400 || r.Series[1].MaxMs < 900 {
 		t.Errorf("series: %+v", r.Series)
 	}
 }
