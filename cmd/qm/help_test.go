@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -161,5 +162,21 @@ func TestServeBadBackendTouchesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the state directory was touched: %v", err)
+	}
+}
+
+// TestSimOutStdout: --out - means stdout, as for qm load, with nothing
+// else on stdout so the JSON can be piped.
+func TestSimOutStdout(t *testing.T) {
+	code, out, errOut := runQM("sim", filepath.Join("..", "..", "scenarios", "testdata", "valid-minimal.yaml"), "--out", "-")
+	var rep map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep["scenario"] == nil {
+		t.Errorf("exit %d, stdout is not the results JSON:\n%.300s", code, out)
+	}
+	if !strings.Contains(errOut, "cluster") {
+		t.Errorf("the table should be on stderr:\n%s", errOut)
+	}
+	if _, err := os.Stat("-"); err == nil {
+		t.Error(`a file named "-" was written`)
 	}
 }

@@ -40,7 +40,7 @@ flags:
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	out := fs.String("out", "", "write the results JSON to this file")
+	out := fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
 	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, simUsage)
@@ -112,7 +112,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		b = append(b, '\n')
+		if *out == "-" {
+			// stdout carries the JSON alone, so it can be piped.
+			if _, err := stdout.Write(b); err != nil {
+				return err
+			}
+			stdout = stderr
+		} else if err := os.WriteFile(*out, b, 0o644); err != nil {
 			return err
 		}
 	}
