@@ -9,8 +9,9 @@ import (
 )
 
 // Field numbers of AllocationResponse and its nested messages, as in
-// Agones' allocation.proto (docs/agones-compat.md's wire table;
-// protowire_test.go checks them against the generated descriptors).
+// Agones' allocation.proto (docs/agones-compat.md's wire table). A wrong
+// one fails protoenc_test.go, which compares these encoders' bytes with
+// proto.Marshal's.
 const (
 	fRespGameServerName = 2
 	fRespPorts          = 3
