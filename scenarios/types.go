@@ -261,13 +261,31 @@ type NormalDist struct {
 	Stddev Duration `yaml:"stddev" json:"stddev"`
 }
 
+// nodeKind names a YAML node's kind the way a reader of the file sees it.
+func nodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.AliasNode:
+		return "alias"
+	default:
+		return "value"
+	}
+}
+
 // Duration is a time.Duration written as Go writes one ("1h30m", "250ms").
 // A bare number is refused: it would be ambiguous.
 type Duration time.Duration
 
 // UnmarshalYAML accepts a duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+	if n.Kind != yaml.ScalarNode {
+		// A list or mapping has no Value to quote; say what it is instead.
+		return fmt.Errorf("line %d: a %s is not a duration: write one value with a unit, like 10s or 1h30m", n.Line, nodeKind(n))
+	}
+	if n.Tag != "!!str" {
 		return fmt.Errorf("line %d: %q is not a duration: write it with a unit, like 10s or 1h30m", n.Line, n.Value)
 	}
 	v, err := time.ParseDuration(n.Value)
