@@ -59,10 +59,10 @@ type Options struct {
 	// is read around every turn and the difference charged to the target.
 	ServerCPU func() (time.Duration, error)
 	// Spin is how long before each arrival the open loop stops sleeping
-	// and waits in a yielding loop: 0 (the default) sleeps on a timer and
-	// then in the kernel (tens of microseconds late on an idle machine);
-	// 1ms or so is punctual to microseconds on an idle core but keeps most
-	// of one busy, and on a loaded machine takes CPU the senders need.
+	// and waits in a yielding loop: 0 (the default) sleeps on a timer, up
+	// to 1 ms late; 1ms or so is punctual to microseconds on an idle core
+	// but keeps most of one busy, and on a loaded machine takes CPU the
+	// senders need.
 	Spin time.Duration
 	// Progress, when set, gets a progress line every ProgressEvery
 	// (default 1s); with Terminal the line is rewritten in place.
@@ -309,15 +309,13 @@ func (r *runner) turn(ctx context.Context, tr *targetRun, w time.Duration, round
 
 // sleepUntil waits for t or the end of ctx; false if ctx ended. Go's
 // timers on Linux wake up to a millisecond late (half on average), which
-// would be counted as send lateness: the last fineSleep is slept in the
-// kernel instead (see preciseSleep), or with Spin spent yielding in a
-// loop, which is punctual to microseconds on an idle core but costs CPU.
+// is counted as send lateness; with Spin the last stretch is spent
+// yielding in a loop instead, which is punctual but costs CPU. (Sleeping
+// the last stretch with nanosleep(2) was tried: half the lateness at
+// 2,000/s, but a blocking syscall per arrival, and at 4,000/s on a busy
+// machine arrivals went unsent that timers alone sent; see loadgen/README.md.)
 func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t) - r.opt.Spin
-	fine := r.opt.Spin == 0 && fineSleep > 0
-	if fine {
-		d -= fineSleep
-	}
 	if d > 0 {
 		r.timer.Reset(d)
 		select {
@@ -325,11 +323,6 @@ func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
 		case <-ctx.Done():
 			r.timer.Stop()
 			return false
-		}
-	}
-	if fine {
-		if rest := time.Until(t); rest > 0 {
-			preciseSleep(rest)
 		}
 	}
 	for r.opt.Spin > 0 && time.Now().Before(t) {
