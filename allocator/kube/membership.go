@@ -95,9 +95,13 @@ type Membership struct {
 // duration: the first lets a starting replica ignore Leases long dead, the
 // second keeps replicas whose clocks disagree with ours alive while they
 // renew (the reason client-go's leader election uses observed time).
+//
+// A Lease is deleted as dead only when this replica itself has watched it
+// go unrenewed for two durations (since): its renewTime alone says nothing
+// certain about a replica whose clock is behind ours.
 type leaseSeen struct {
-	rv       string
-	observed time.Time
+	rv              string
+	observed, since time.Time
 }
 
 // View is a replica's picture of the membership.
@@ -373,8 +377,8 @@ func (m *Membership) release() {
 }
 
 // recompute derives the view from the Leases in the informer's store, cleans
-// up Leases dead for two durations, and tells the backend when the view
-// changes.
+// up Leases seen unrenewed for two durations, and tells the backend when the
+// view changes.
 func (m *Membership) recompute(now time.Time) {
 	var live []string
 	var dead []*coordinationv1.Lease
@@ -388,7 +392,7 @@ func (m *Membership) recompute(now time.Time) {
 		present[l.Name] = true
 		s, known := m.seen[l.Name]
 		if !known || s.rv != l.ResourceVersion {
-			s = leaseSeen{rv: l.ResourceVersion, observed: now}
+			s = leaseSeen{rv: l.ResourceVersion, observed: now, since: now}
 			if !known && l.Spec.RenewTime != nil && l.Spec.RenewTime.Time.Before(now) {
 				// First sight: a Lease whose renewal is older than what we
 				// just observed counts from its renewal.
@@ -400,11 +404,10 @@ func (m *Membership) recompute(now time.Time) {
 		if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
 			dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 		}
-		age := now.Sub(s.observed)
 		switch {
-		case l.Name == m.name || age < dur:
+		case l.Name == m.name || now.Sub(s.observed) < dur:
 			live = append(live, l.Name)
-		case age > 2*dur && l.DeletionTimestamp == nil:
+		case now.Sub(s.since) > 2*dur && l.DeletionTimestamp == nil:
 			dead = append(dead, l)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -303,6 +304,62 @@ var _ = Describe("replicas without configuration", func() {
 		Entry("with Leases (the default)", true),
 		Entry("without membership: conflicts widen the spread instead of failing requests", false),
 	)
+
+	It("ignore and clean up a Lease long dead, and keep one whose clock is behind while it renews", func() {
+		ns := newNamespace(ctx)
+		cs, err := cluster.Clientset()
+		Expect(err).NotTo(HaveOccurred())
+		// Leases of 3 s, renewed every second: the rules are the same as
+		// for the default 10 s, the spec is quicker.
+		const dur = 3 * time.Second
+		lease := func(name string, renewed time.Time) *coordinationv1.Lease {
+			secs := int32(dur / time.Second)
+			at := metav1.NewMicroTime(renewed)
+			return &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.GroupLabel: kube.DefaultMembershipGroup}},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &secs, RenewTime: &at},
+			}
+		}
+		leases := cs.CoordinationV1().Leases(ns)
+		// A replica that died an hour ago, and one alive on a node whose
+		// clock is an hour behind ours.
+		_, err = leases.Create(ctx, lease("a-dead", time.Now().Add(-time.Hour)), metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		skewed, err := leases.Create(ctx, lease("b-skewed", time.Now().Add(-time.Hour)), metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		rctx, stopRenewing := context.WithCancel(ctx)
+		renewed := make(chan struct{})
+		go func() {
+			defer close(renewed)
+			for rctx.Err() == nil {
+				time.Sleep(dur / 3)
+				l := skewed.DeepCopy()
+				at := metav1.NewMicroTime(time.Now().Add(-time.Hour))
+				l.Spec.RenewTime = &at
+				if u, err := leases.Update(rctx, l, metav1.UpdateOptions{}); err == nil {
+					skewed = u
+				}
+			}
+		}()
+		DeferCleanup(func() { stopRenewing(); <-renewed })
+
+		r := startReplica(ctx, ns, ns, "c-new", false)
+		// The skewed one counts from its first renewal seen; the dead one
+		// never, and it is deleted once seen unrenewed for two durations.
+		Eventually(func() []string { return r.m.View().Members }, 10*time.Second, 50*time.Millisecond).Should(Equal([]string{"b-skewed", r.m.Name()}))
+		Consistently(func() []string { return r.m.View().Members }, 3*dur, 100*time.Millisecond).Should(Equal([]string{"b-skewed", r.m.Name()}),
+			"a replica renewing its Lease stays, whatever its clock says; a dead one is not counted")
+		Eventually(func() error {
+			_, err := leases.Get(ctx, "a-dead", metav1.GetOptions{})
+			return err
+		}, 3*dur).Should(MatchError(ContainSubstring("not found")))
+		_, err = leases.Get(ctx, "b-skewed", metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred(), "a renewing Lease is never cleaned up")
+		// Once it stops renewing, it goes.
+		stopRenewing()
+		<-renewed
+		Eventually(func() int { return r.m.View().Replicas }, 2*dur, 100*time.Millisecond).Should(Equal(1))
+	})
 
 	It("without Lease RBAC: say why, go on alone, and join once it is granted", func() {
 		ns := newNamespace(ctx)
