@@ -131,7 +131,12 @@ func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time
 		a, err := b.allocateOnce(ctx, req, now, seed+uint64(round)*0xbf58476d1ce4e5b9)
 		conflicts := 0
 		if a != nil {
+			// Retries counts the choices made again; a round that ends in
+			// Contention lost one race more than it retried.
 			conflicts = a.Retries
+			if errors.Is(err, allocator.ErrContention) {
+				conflicts++
+			}
 		}
 		total += conflicts
 		b.spread.observe(conflicts, time.Now())

@@ -412,6 +412,50 @@ var _ = Describe("replicas without configuration", func() {
 		Expect(logs.String()).To(ContainSubstring("holding the replica Lease again"))
 	})
 
+	It("start a request over when it used up its conflict retries, rather than answer Contention", func() {
+		const servers, callers, perReplica = 150, 8, 40
+		ns := newNamespace(ctx)
+		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		var rs []*kube.Backend
+		for range 3 {
+			// One retry per round: three replicas on exact Packed use it
+			// up all the time.
+			b, err := kube.New(kube.Config{REST: cluster.RESTConfig(), Namespace: ns, MaxConflictRetries: 1})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(b.Start(ctx)).To(Succeed())
+			Eventually(b.Index().Len, 10*time.Second).Should(Equal(servers))
+			rs = append(rs, b)
+		}
+		res := newLoadResult()
+		most := 0
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		req := fleetRequest(ns, "green")
+		for _, b := range rs {
+			var left atomic.Int64
+			left.Store(perReplica)
+			for range callers {
+				wg.Go(func() {
+					for left.Add(-1) >= 0 {
+						n := seq.Add(1)
+						a, err := b.Allocate(ctx, req, time.Unix(1e9, int64(n)), n)
+						res.add(a, err)
+						if err == nil {
+							mu.Lock()
+							most = max(most, a.Retries)
+							mu.Unlock()
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		Expect(res.errs).To(BeEmpty())
+		checkObjects(ctx, ns, res)
+		Expect(most).To(BeNumerically(">=", 2), "some allocation went past its first round of retries")
+		AddReportEntry("MaxConflictRetries 1, 3 replicas", fmt.Sprintf("%d OK, most retries in one allocation %d, %d conflicts in all", res.ok, most, res.conflict))
+	})
+
 	It("packs exactly on one replica: the reference for the spread's packing", func() {
 		servers := envInt("QM_REPLICA_SERVERS", 450)
 		const callers, nodes = 16, 75
