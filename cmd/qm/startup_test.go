@@ -40,6 +40,7 @@ type qmProcess struct {
 	cmd    *exec.Cmd
 	stderr syncBuf
 	exited chan error
+	done   chan struct{} // closed once Wait has returned
 
 	mu    sync.Mutex
 	lines []map[string]any // every log line, decoded
@@ -53,7 +54,7 @@ func (p *qmProcess) logLines() []map[string]any {
 
 func startQM(t *testing.T, args ...string) *qmProcess {
 	t.Helper()
-	p := &qmProcess{exited: make(chan error, 1)}
+	p := &qmProcess{exited: make(chan error, 1), done: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], args...)
 	p.cmd.Env = append(os.Environ(), runAsQM+"=1")
 	pr, pw := io.Pipe()
@@ -76,12 +77,13 @@ func startQM(t *testing.T, args ...string) *qmProcess {
 		err := p.cmd.Wait()
 		pw.Close()
 		p.exited <- err
+		close(p.done)
 	}()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
+		// Kill after an exit is harmless; waiting on done rather than
+		// reading cmd.ProcessState keeps this clear of the Wait above.
+		_ = p.cmd.Process.Kill()
+		<-p.done
 		if t.Failed() {
 			t.Logf("qm serve stderr:\n%s", p.stderr.String())
 		}
