@@ -8,6 +8,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
+// TemplateLabel marks a game server made on demand by the AllocationAdmin
+// API's Create: its value names the template (allocator.TemplateLabel).
+const TemplateLabel = "quartermaster.dev/template"
+
 // AllocationRecord describes an allocation held by owner for the
 // AllocationAdmin API's List and Release answers. allocatedAt is when the
 // allocation was made; the zero time leaves it unset rather than claiming
@@ -24,6 +28,7 @@ func AllocationRecord(gs *core.GameServer, owner string, allocatedAt time.Time) 
 	out.GameServerName = gs.Name
 	out.Address = gs.Address
 	out.NodeName = gs.NodeName
+	out.Template = gs.Labels[TemplateLabel]
 	for _, a := range gs.Addresses {
 		out.Addresses = append(out.Addresses, &qmv1.Address{Type: a.Type, Address: a.Address})
 	}
@@ -66,4 +71,9 @@ func ReleaseKey(in *qmv1.ReleaseRequest) (core.Key, error) {
 		}}}
 	}
 	return k, nil
+}
+
+// DestroyKey reads which game server a Destroy request names, as ReleaseKey.
+func DestroyKey(in *qmv1.DestroyRequest) (core.Key, error) {
+	return ReleaseKey(&qmv1.ReleaseRequest{Namespace: in.GetNamespace(), GameServerName: in.GetGameServerName()})
 }

@@ -151,7 +151,10 @@ type Allocation struct {
 	AllocatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=allocatedAt,proto3" json:"allocatedAt,omitempty"`
 	// The identity that allocated it: the client certificate's URI SAN, else
 	// its common name.
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The template the server was created from by Create; empty for a server
+	// allocated from a fleet.
+	Template      string `protobuf:"bytes,9,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +241,13 @@ func (x *Allocation) GetAllocatedAt() *timestamppb.Timestamp {
 func (x *Allocation) GetOwner() string {
 	if x != nil {
 		return x.Owner
+	}
+	return ""
+}
+
+func (x *Allocation) GetTemplate() string {
+	if x != nil {
+		return x.Template
 	}
 	return ""
 }
@@ -444,6 +454,204 @@ func (x *ReleaseResponse) GetAllocation() *Allocation {
 	return nil
 }
 
+type CreateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The template to create from, as the allocator's templates name it.
+	Template string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// The new game server's name; generated from the template's name when
+	// empty. The namespace is the template's.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateRequest) Reset() {
+	*x = CreateRequest{}
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateRequest) ProtoMessage() {}
+
+func (x *CreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
+func (*CreateRequest) Descriptor() ([]byte, []int) {
+	return file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CreateRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *CreateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new server, allocated to the caller.
+	Allocation    *Allocation `protobuf:"bytes,1,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateResponse) Reset() {
+	*x = CreateResponse{}
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateResponse) ProtoMessage() {}
+
+func (x *CreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
+func (*CreateResponse) Descriptor() ([]byte, []int) {
+	return file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CreateResponse) GetAllocation() *Allocation {
+	if x != nil {
+		return x.Allocation
+	}
+	return nil
+}
+
+type DestroyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "default" when empty, as for allocations.
+	Namespace      string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	GameServerName string `protobuf:"bytes,2,opt,name=gameServerName,proto3" json:"gameServerName,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DestroyRequest) Reset() {
+	*x = DestroyRequest{}
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestroyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestroyRequest) ProtoMessage() {}
+
+func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
+func (*DestroyRequest) Descriptor() ([]byte, []int) {
+	return file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DestroyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DestroyRequest) GetGameServerName() string {
+	if x != nil {
+		return x.GameServerName
+	}
+	return ""
+}
+
+type DestroyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server as it was when it was deleted.
+	Allocation    *Allocation `protobuf:"bytes,1,opt,name=allocation,proto3" json:"allocation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DestroyResponse) Reset() {
+	*x = DestroyResponse{}
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DestroyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DestroyResponse) ProtoMessage() {}
+
+func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
+func (*DestroyResponse) Descriptor() ([]byte, []int) {
+	return file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DestroyResponse) GetAllocation() *Allocation {
+	if x != nil {
+		return x.Allocation
+	}
+	return nil
+}
+
 var File_allocator_pb_quartermaster_v1_quartermaster_proto protoreflect.FileDescriptor
 
 const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
@@ -454,7 +662,7 @@ const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
 	"\tallOwners\x18\x03 \x01(\bR\tallOwners\"N\n" +
 	"\fListResponse\x12>\n" +
-	"\vallocations\x18\x01 \x03(\v2\x1c.quartermaster.v1.AllocationR\vallocations\"\xc3\x02\n" +
+	"\vallocations\x18\x01 \x03(\v2\x1c.quartermaster.v1.AllocationR\vallocations\"\xdf\x02\n" +
 	"\n" +
 	"Allocation\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12&\n" +
@@ -464,7 +672,8 @@ const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
 	"\x05ports\x18\x05 \x03(\v2\x16.quartermaster.v1.PortR\x05ports\x12\x1a\n" +
 	"\bnodeName\x18\x06 \x01(\tR\bnodeName\x12<\n" +
 	"\vallocatedAt\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vallocatedAt\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\".\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12\x1a\n" +
+	"\btemplate\x18\t \x01(\tR\btemplate\".\n" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"7\n" +
@@ -477,10 +686,26 @@ const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
 	"\x0fReleaseResponse\x12<\n" +
 	"\n" +
 	"allocation\x18\x01 \x01(\v2\x1c.quartermaster.v1.AllocationR\n" +
-	"allocation2\xa8\x01\n" +
+	"allocation\"?\n" +
+	"\rCreateRequest\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"N\n" +
+	"\x0eCreateResponse\x12<\n" +
+	"\n" +
+	"allocation\x18\x01 \x01(\v2\x1c.quartermaster.v1.AllocationR\n" +
+	"allocation\"V\n" +
+	"\x0eDestroyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12&\n" +
+	"\x0egameServerName\x18\x02 \x01(\tR\x0egameServerName\"O\n" +
+	"\x0fDestroyResponse\x12<\n" +
+	"\n" +
+	"allocation\x18\x01 \x01(\v2\x1c.quartermaster.v1.AllocationR\n" +
+	"allocation2\xc5\x02\n" +
 	"\x0fAllocationAdmin\x12E\n" +
 	"\x04List\x12\x1d.quartermaster.v1.ListRequest\x1a\x1e.quartermaster.v1.ListResponse\x12N\n" +
-	"\aRelease\x12 .quartermaster.v1.ReleaseRequest\x1a!.quartermaster.v1.ReleaseResponseBZZXgithub.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1;quartermasterv1b\x06proto3"
+	"\aRelease\x12 .quartermaster.v1.ReleaseRequest\x1a!.quartermaster.v1.ReleaseResponse\x12K\n" +
+	"\x06Create\x12\x1f.quartermaster.v1.CreateRequest\x1a .quartermaster.v1.CreateResponse\x12N\n" +
+	"\aDestroy\x12 .quartermaster.v1.DestroyRequest\x1a!.quartermaster.v1.DestroyResponseBZZXgithub.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1;quartermasterv1b\x06proto3"
 
 var (
 	file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescOnce sync.Once
@@ -494,7 +719,7 @@ func file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescGZIP() []byte
 	return file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDescData
 }
 
-var file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_allocator_pb_quartermaster_v1_quartermaster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_allocator_pb_quartermaster_v1_quartermaster_proto_goTypes = []any{
 	(*ListRequest)(nil),           // 0: quartermaster.v1.ListRequest
 	(*ListResponse)(nil),          // 1: quartermaster.v1.ListResponse
@@ -503,23 +728,33 @@ var file_allocator_pb_quartermaster_v1_quartermaster_proto_goTypes = []any{
 	(*Address)(nil),               // 4: quartermaster.v1.Address
 	(*ReleaseRequest)(nil),        // 5: quartermaster.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),       // 6: quartermaster.v1.ReleaseResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*CreateRequest)(nil),         // 7: quartermaster.v1.CreateRequest
+	(*CreateResponse)(nil),        // 8: quartermaster.v1.CreateResponse
+	(*DestroyRequest)(nil),        // 9: quartermaster.v1.DestroyRequest
+	(*DestroyResponse)(nil),       // 10: quartermaster.v1.DestroyResponse
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_allocator_pb_quartermaster_v1_quartermaster_proto_depIdxs = []int32{
-	2, // 0: quartermaster.v1.ListResponse.allocations:type_name -> quartermaster.v1.Allocation
-	4, // 1: quartermaster.v1.Allocation.addresses:type_name -> quartermaster.v1.Address
-	3, // 2: quartermaster.v1.Allocation.ports:type_name -> quartermaster.v1.Port
-	7, // 3: quartermaster.v1.Allocation.allocatedAt:type_name -> google.protobuf.Timestamp
-	2, // 4: quartermaster.v1.ReleaseResponse.allocation:type_name -> quartermaster.v1.Allocation
-	0, // 5: quartermaster.v1.AllocationAdmin.List:input_type -> quartermaster.v1.ListRequest
-	5, // 6: quartermaster.v1.AllocationAdmin.Release:input_type -> quartermaster.v1.ReleaseRequest
-	1, // 7: quartermaster.v1.AllocationAdmin.List:output_type -> quartermaster.v1.ListResponse
-	6, // 8: quartermaster.v1.AllocationAdmin.Release:output_type -> quartermaster.v1.ReleaseResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	2,  // 0: quartermaster.v1.ListResponse.allocations:type_name -> quartermaster.v1.Allocation
+	4,  // 1: quartermaster.v1.Allocation.addresses:type_name -> quartermaster.v1.Address
+	3,  // 2: quartermaster.v1.Allocation.ports:type_name -> quartermaster.v1.Port
+	11, // 3: quartermaster.v1.Allocation.allocatedAt:type_name -> google.protobuf.Timestamp
+	2,  // 4: quartermaster.v1.ReleaseResponse.allocation:type_name -> quartermaster.v1.Allocation
+	2,  // 5: quartermaster.v1.CreateResponse.allocation:type_name -> quartermaster.v1.Allocation
+	2,  // 6: quartermaster.v1.DestroyResponse.allocation:type_name -> quartermaster.v1.Allocation
+	0,  // 7: quartermaster.v1.AllocationAdmin.List:input_type -> quartermaster.v1.ListRequest
+	5,  // 8: quartermaster.v1.AllocationAdmin.Release:input_type -> quartermaster.v1.ReleaseRequest
+	7,  // 9: quartermaster.v1.AllocationAdmin.Create:input_type -> quartermaster.v1.CreateRequest
+	9,  // 10: quartermaster.v1.AllocationAdmin.Destroy:input_type -> quartermaster.v1.DestroyRequest
+	1,  // 11: quartermaster.v1.AllocationAdmin.List:output_type -> quartermaster.v1.ListResponse
+	6,  // 12: quartermaster.v1.AllocationAdmin.Release:output_type -> quartermaster.v1.ReleaseResponse
+	8,  // 13: quartermaster.v1.AllocationAdmin.Create:output_type -> quartermaster.v1.CreateResponse
+	10, // 14: quartermaster.v1.AllocationAdmin.Destroy:output_type -> quartermaster.v1.DestroyResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_allocator_pb_quartermaster_v1_quartermaster_proto_init() }
@@ -533,7 +768,7 @@ func file_allocator_pb_quartermaster_v1_quartermaster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc), len(file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,13 +29,16 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AllocationAdmin_List_FullMethodName    = "/quartermaster.v1.AllocationAdmin/List"
 	AllocationAdmin_Release_FullMethodName = "/quartermaster.v1.AllocationAdmin/Release"
+	AllocationAdmin_Create_FullMethodName  = "/quartermaster.v1.AllocationAdmin/Create"
+	AllocationAdmin_Destroy_FullMethodName = "/quartermaster.v1.AllocationAdmin/Destroy"
 )
 
 // AllocationAdminClient is the client API for AllocationAdmin service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// AllocationAdmin lets a caller see and give back the game servers it holds.
+// AllocationAdmin lets a caller see and give back the game servers it holds,
+// and have servers made for it on demand from a template.
 //
 // Ownership comes from the caller's identity (its client certificate): an
 // identity lists and releases only its own allocations unless the server is
@@ -46,6 +49,13 @@ type AllocationAdminClient interface {
 	// Release gives one allocation back: the game server leaves Allocated and
 	// is shut down and replaced, as Agones does when a game session ends.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// Create makes a new game server for the caller from a named template,
+	// waits (within the caller's deadline) until it is Ready, and allocates it
+	// to the caller. A server that does not become Ready in time is deleted.
+	// It counts against the caller's maxAllocations like an allocation.
+	Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*CreateResponse, error)
+	// Destroy deletes a game server the caller holds: it is not replaced.
+	Destroy(ctx context.Context, in *DestroyRequest, opts ...grpc.CallOption) (*DestroyResponse, error)
 }
 
 type allocationAdminClient struct {
@@ -76,11 +86,32 @@ func (c *allocationAdminClient) Release(ctx context.Context, in *ReleaseRequest,
 	return out, nil
 }
 
+func (c *allocationAdminClient) Create(ctx context.Context, in *CreateRequest, opts ...grpc.CallOption) (*CreateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateResponse)
+	err := c.cc.Invoke(ctx, AllocationAdmin_Create_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *allocationAdminClient) Destroy(ctx context.Context, in *DestroyRequest, opts ...grpc.CallOption) (*DestroyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DestroyResponse)
+	err := c.cc.Invoke(ctx, AllocationAdmin_Destroy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AllocationAdminServer is the server API for AllocationAdmin service.
 // All implementations must embed UnimplementedAllocationAdminServer
 // for forward compatibility.
 //
-// AllocationAdmin lets a caller see and give back the game servers it holds.
+// AllocationAdmin lets a caller see and give back the game servers it holds,
+// and have servers made for it on demand from a template.
 //
 // Ownership comes from the caller's identity (its client certificate): an
 // identity lists and releases only its own allocations unless the server is
@@ -91,6 +122,13 @@ type AllocationAdminServer interface {
 	// Release gives one allocation back: the game server leaves Allocated and
 	// is shut down and replaced, as Agones does when a game session ends.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// Create makes a new game server for the caller from a named template,
+	// waits (within the caller's deadline) until it is Ready, and allocates it
+	// to the caller. A server that does not become Ready in time is deleted.
+	// It counts against the caller's maxAllocations like an allocation.
+	Create(context.Context, *CreateRequest) (*CreateResponse, error)
+	// Destroy deletes a game server the caller holds: it is not replaced.
+	Destroy(context.Context, *DestroyRequest) (*DestroyResponse, error)
 	mustEmbedUnimplementedAllocationAdminServer()
 }
 
@@ -106,6 +144,12 @@ func (UnimplementedAllocationAdminServer) List(context.Context, *ListRequest) (*
 }
 func (UnimplementedAllocationAdminServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedAllocationAdminServer) Create(context.Context, *CreateRequest) (*CreateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Create not implemented")
+}
+func (UnimplementedAllocationAdminServer) Destroy(context.Context, *DestroyRequest) (*DestroyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Destroy not implemented")
 }
 func (UnimplementedAllocationAdminServer) mustEmbedUnimplementedAllocationAdminServer() {}
 func (UnimplementedAllocationAdminServer) testEmbeddedByValue()                         {}
@@ -164,6 +208,42 @@ func _AllocationAdmin_Release_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AllocationAdmin_Create_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AllocationAdminServer).Create(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AllocationAdmin_Create_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AllocationAdminServer).Create(ctx, req.(*CreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AllocationAdmin_Destroy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DestroyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AllocationAdminServer).Destroy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AllocationAdmin_Destroy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AllocationAdminServer).Destroy(ctx, req.(*DestroyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AllocationAdmin_ServiceDesc is the grpc.ServiceDesc for AllocationAdmin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -178,6 +258,14 @@ var AllocationAdmin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _AllocationAdmin_Release_Handler,
+		},
+		{
+			MethodName: "Create",
+			Handler:    _AllocationAdmin_Create_Handler,
+		},
+		{
+			MethodName: "Destroy",
+			Handler:    _AllocationAdmin_Destroy_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
