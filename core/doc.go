@@ -21,4 +21,8 @@
 //     finds its server without scanning or sorting the fleet, and guarantees
 //     that concurrent allocations never receive the same server.
 //   - OrderClusters: the order in which multi-cluster policies are tried.
+//   - Window, PoliciesAt, NextPolicyChange: when a policy is in force (from,
+//     until, recurring times of day in a time zone), asked at an instant
+//     the caller passes. Zones load through time.LoadLocation, the one
+//     thing here that may read the system's zone database.
 package core

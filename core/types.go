@@ -345,6 +345,9 @@ type Policy struct {
 	// Labels are matched by MultiClusterSetting.PolicySelector.
 	Labels     map[string]string
 	Connection ConnectionInfo
+	// Window is when the policy is in force (the zero Window: always).
+	// Agones has no such field; allocators read it from annotations.
+	Window Window
 }
 
 // ConnectionInfo says how to reach a cluster's allocator.
