@@ -35,6 +35,9 @@ const (
 // Session is a game server an allocation handed out, to give back later.
 type Session struct {
 	Namespace, Name string
+	// Source is the answer's source: "local", or the endpoint of the
+	// cluster a multi-cluster request was forwarded to (for traces).
+	Source string
 }
 
 // A Caller sends one kind of request to one target.
@@ -182,7 +185,7 @@ func (g *grpcCaller) Call(ctx context.Context) (codes.Code, *Session) {
 		return status.Code(err), nil
 	}
 	ns := g.req.GetNamespace()
-	return codes.OK, &Session{Namespace: ns, Name: resp.GetGameServerName()}
+	return codes.OK, &Session{Namespace: ns, Name: resp.GetGameServerName(), Source: resp.GetSource()}
 }
 
 func (g *grpcCaller) Release(ctx context.Context, s *Session) error {
@@ -306,7 +309,7 @@ func (r *restCaller) Call(ctx context.Context) (codes.Code, *Session) {
 	if err := wire.UnmarshalJSON(b, &resp); err != nil {
 		return codes.Internal, nil
 	}
-	return codes.OK, &Session{Namespace: r.ns, Name: resp.GetGameServerName()}
+	return codes.OK, &Session{Namespace: r.ns, Name: resp.GetGameServerName(), Source: resp.GetSource()}
 }
 
 func (r *restCaller) Release(ctx context.Context, s *Session) error {
