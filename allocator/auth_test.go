@@ -71,7 +71,7 @@ identities:
 		})
 	}
 	m := h.svc.Metrics()
-	if got := testutil.ToFloat64(m.Outcomes.WithLabelValues("default", "", "PermissionDenied")); got != 2 {
+	if got := testutil.ToFloat64(m.Outcomes.WithLabelValues("default", "", "local", "PermissionDenied")); got != 2 {
 		t.Errorf("PermissionDenied outcomes = %v, want 2 (one gRPC, one REST)", got)
 	}
 	if got := testutil.ToFloat64(m.Rejections.WithLabelValues("unknown_identity")); got != 2 {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
@@ -13,15 +14,19 @@ import (
 // registry Register is given, never the global one, so tests (and several
 // servers in one process) each see their own values.
 type Metrics struct {
-	Latency     *prometheus.HistogramVec // namespace, fleet
-	Outcomes    *prometheus.CounterVec   // namespace, fleet, code
+	Latency     *prometheus.HistogramVec // namespace, fleet, source
+	Outcomes    *prometheus.CounterVec   // namespace, fleet, source, code
 	Retries     *prometheus.CounterVec   // namespace, fleet
 	InFlight    prometheus.Gauge
 	Rejections  *prometheus.CounterVec // reason
 	AdminCalls  *prometheus.CounterVec // method, code
 	nsLabels    boundedLabels
 	fleetLabels boundedLabels
-	cache       sync.Map // seriesKey → *series
+	// srcLabels bounds the source label: cluster names come from the
+	// policies, which an operator writes, but a policies file can name
+	// any number of them.
+	srcLabels boundedLabels
+	cache     sync.Map // seriesKey → *series
 }
 
 // series are the metrics one outcome updates, looked up once per (namespace,
@@ -33,12 +38,19 @@ type series struct {
 }
 
 type seriesKey struct {
-	ns, fleet string
-	code      codes.Code
+	ns, fleet, source string
+	code              codes.Code
 }
 
-func (m *Metrics) series(ns, fleet string, code codes.Code) *series {
-	k := seriesKey{ns, fleet, code}
+// series returns the metrics of one outcome. source is the cluster that
+// answered: wire.SourceLocal (or empty) for this allocator, every failure
+// included; for a multi-cluster request another cluster's allocator
+// allocated, that cluster's name from its policy.
+func (m *Metrics) series(ns, fleet, source string, code codes.Code) *series {
+	if source == "" {
+		source = wire.SourceLocal
+	}
+	k := seriesKey{ns, fleet, source, code}
 	if s, ok := m.cache.Load(k); ok {
 		return s.(*series)
 	}
@@ -54,12 +66,15 @@ func (m *Metrics) series(ns, fleet string, code codes.Code) *series {
 	} else {
 		nsl, fl = m.nsLabels.known(ns), m.fleetLabels.known(fleet)
 	}
+	// Sources are names from the policies (or local), not the caller's:
+	// the bound only stops an enormous policy set.
+	src := m.srcLabels.get(source)
 	s := &series{
-		latency: m.Latency.WithLabelValues(nsl, fl),
-		outcome: m.Outcomes.WithLabelValues(nsl, fl, code.String()),
+		latency: m.Latency.WithLabelValues(nsl, fl, src),
+		outcome: m.Outcomes.WithLabelValues(nsl, fl, src, code.String()),
 		retries: m.Retries.WithLabelValues(nsl, fl),
 	}
-	if nsl != OtherLabel && fl != OtherLabel {
+	if nsl != OtherLabel && fl != OtherLabel && src != OtherLabel {
 		// Only bounded label values are cached, so the cache is bounded too.
 		m.cache.Store(k, s)
 	}
@@ -80,13 +95,13 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "qm", Subsystem: "allocator", Name: "allocation_duration_seconds",
-			Help:    "Time to answer an allocation request, from decoding to response, by namespace and fleet (fleet is empty when nothing was allocated).",
+			Help:    "Time to answer an allocation request, from decoding to response, by namespace, fleet (empty when nothing was allocated) and source (local, or the cluster a multi-cluster request was forwarded to that allocated it).",
 			Buckets: LatencyBuckets,
-		}, []string{"namespace", "fleet"}),
+		}, []string{"namespace", "fleet", "source"}),
 		Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "qm", Subsystem: "allocator", Name: "allocations_total",
-			Help: "Allocation requests answered, by namespace, fleet and gRPC status code (OK, ResourceExhausted, ...).",
-		}, []string{"namespace", "fleet", "code"}),
+			Help: "Allocation requests answered, by namespace, fleet, source (local, or the remote cluster that allocated) and gRPC status code (OK, ResourceExhausted, ...).",
+		}, []string{"namespace", "fleet", "source", "code"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "qm", Subsystem: "allocator", Name: "allocation_retries_total",
 			Help: "Allocation commits that lost a race and were retried, by namespace and fleet.",
@@ -105,10 +120,12 @@ func NewMetrics() *Metrics {
 		}, []string{"method", "code"}),
 		nsLabels:    boundedLabels{max: maxLabelValues},
 		fleetLabels: boundedLabels{max: maxLabelValues},
+		srcLabels:   boundedLabels{max: maxSourceLabels},
 	}
 	// The default namespace is everyone's: its failures count under its
 	// name from the first request on.
 	m.nsLabels.get(core.DefaultNamespace)
+	m.srcLabels.get(wire.SourceLocal)
 	return m
 }
 
@@ -126,6 +143,10 @@ func (m *Metrics) Register(r prometheus.Registerer) error {
 // own. Namespaces come from callers, so without a bound a caller could
 // create series without end; past it, values are counted as "_other".
 const maxLabelValues = 200
+
+// maxSourceLabels bounds the clusters that get a source series of their
+// own (local included); past it, sources are counted as "_other".
+const maxSourceLabels = 64
 
 // OtherLabel stands for label values past the bound.
 const OtherLabel = "_other"

@@ -51,7 +51,7 @@ func TestMetricsValues(t *testing.T) {
 		{"default", "", "InvalidArgument", 1},
 		{"_other", "", "ResourceExhausted", 250},
 	} {
-		if got := testutil.ToFloat64(m.Outcomes.WithLabelValues(c.ns, c.fleet, c.code)); got != c.want {
+		if got := testutil.ToFloat64(m.Outcomes.WithLabelValues(c.ns, c.fleet, "local", c.code)); got != c.want {
 			t.Errorf("allocations_total{namespace=%q,fleet=%q,code=%q} = %v, want %v", c.ns, c.fleet, c.code, got, c.want)
 		}
 	}
@@ -86,10 +86,10 @@ qm_allocator_allocation_retries_total{fleet="rooms",namespace="default"} 0
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if !strings.Contains(string(body), `qm_allocator_allocations_total{code="OK",fleet="rooms",namespace="default"} 2`) {
+	if !strings.Contains(string(body), `qm_allocator_allocations_total{code="OK",fleet="rooms",namespace="default",source="local"} 2`) {
 		t.Errorf("/metrics lacks the rooms outcome:\n%s", body)
 	}
-	if !strings.Contains(string(body), `qm_allocator_allocation_duration_seconds_bucket{fleet="rooms",namespace="default",le="5e-05"}`) {
+	if !strings.Contains(string(body), `qm_allocator_allocation_duration_seconds_bucket{fleet="rooms",namespace="default",source="local",le="5e-05"}`) {
 		t.Errorf("/metrics lacks the 50µs bucket")
 	}
 	// One log line per failed allocation, with the reason.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
@@ -23,6 +24,24 @@ type MultiCluster interface {
 	// Crossed refuses a call that already passed through this allocator
 	// (a forwarding loop), whether or not it asks for multi-cluster.
 	Crossed(ctx context.Context) error
+	// ClusterOf names the cluster of a remote endpoint that answered (a
+	// response's source), for the allocation metrics; empty when it
+	// knows none.
+	ClusterOf(endpoint string) string
+}
+
+// source is the allocation metrics' source label of a response: local
+// for no response (a failure), or one this allocator made, else the name
+// of the cluster whose allocator made it.
+func (s *Service) source(resp *allocation.AllocationResponse) string {
+	src := resp.GetSource()
+	if src == "" || src == wire.SourceLocal || s.multi == nil {
+		return wire.SourceLocal
+	}
+	if c := s.multi.ClusterOf(src); c != "" {
+		return c
+	}
+	return OtherLabel
 }
 
 // multiCluster is the service's side of a multi-cluster request: checks

@@ -151,7 +151,7 @@ func (s *Service) Allocate(ctx context.Context, identity string, in *allocation.
 	defer s.metrics.InFlight.Dec()
 
 	ns, fleet, resp, retries, err := s.allocate(ctx, identity, in)
-	s.observe(ctx, identity, start, ns, fleet, retries, err)
+	s.observe(ctx, identity, start, ns, fleet, s.source(resp), retries, err)
 	return resp, err
 }
 
@@ -171,7 +171,7 @@ func (s *Service) allocateAnswer(ctx context.Context, identity string, in *alloc
 	defer s.metrics.InFlight.Dec()
 
 	ns, fleet, gs, resp, retries, err := s.allocateAny(ctx, identity, in)
-	s.observe(ctx, identity, start, ns, fleet, retries, err)
+	s.observe(ctx, identity, start, ns, fleet, s.source(resp), retries, err)
 	switch {
 	case err != nil:
 		return nil, err
@@ -184,17 +184,17 @@ func (s *Service) allocateAnswer(ctx context.Context, identity string, in *alloc
 // refuse records a request that failed before it could be decoded (a REST
 // body that is not an AllocationRequest) and returns err.
 func (s *Service) refuse(ctx context.Context, identity string, err error) error {
-	s.observe(ctx, identity, time.Now(), core.DefaultNamespace, "", 0, err)
+	s.observe(ctx, identity, time.Now(), core.DefaultNamespace, "", wire.SourceLocal, 0, err)
 	return err
 }
 
-func (s *Service) observe(ctx context.Context, identity string, start time.Time, ns, fleet string, retries int, err error) {
+func (s *Service) observe(ctx context.Context, identity string, start time.Time, ns, fleet, source string, retries int, err error) {
 	m := s.metrics
 	code := codes.OK
 	if err != nil {
 		code = status.Code(err)
 	}
-	ser := m.series(ns, fleet, code)
+	ser := m.series(ns, fleet, source, code)
 	ser.latency.Observe(time.Since(start).Seconds())
 	ser.outcome.Inc()
 	if retries > 0 {

@@ -93,6 +93,11 @@ type Forwarder struct {
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
+
+	// clusterOf maps an endpoint that allocated to its policy's cluster
+	// name (string → string), for the service's source label. Endpoints
+	// come from policies, so it is as bounded as they are.
+	clusterOf sync.Map
 }
 
 // New builds a Forwarder.
@@ -151,6 +156,16 @@ func (f *Forwarder) Self() string { return f.self }
 
 // Close closes the cached connections; calls under way finish first.
 func (f *Forwarder) Close() { f.clients.close() }
+
+// ClusterOf returns the cluster name of the policy whose endpoint (a
+// response's source) allocated a forwarded request, empty for an
+// endpoint that never did.
+func (f *Forwarder) ClusterOf(endpoint string) string {
+	if c, ok := f.clusterOf.Load(endpoint); ok {
+		return c.(string)
+	}
+	return ""
+}
 
 // BreakerState returns the state of endpoint's breaker (host:port);
 // Closed for an endpoint never tried.
@@ -417,6 +432,9 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			if err == nil {
 				br.success()
 				resp.Source = ep
+				if c, ok := f.clusterOf.Load(ep); !ok || c.(string) != t.cluster {
+					f.clusterOf.Store(ep, t.cluster)
+				}
 				t.out = outAllocated
 				return resp, t
 			}

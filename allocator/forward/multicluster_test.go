@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -161,6 +162,22 @@ func TestMultiCluster(t *testing.T) {
 		if share < 0.73 || share > 0.77 {
 			t.Errorf("b's share %.4f, want 0.75 ± 0.02", share)
 		}
+		// The entry's allocation metrics name the cluster that allocated
+		// (the policy's clusterName, not the endpoint); the remote counts
+		// the same requests as its own.
+		for _, r := range []struct {
+			reg    *prometheus.Registry
+			source string
+			want   int
+		}{{a.reg, "b", bySource[b.addr]}, {a.reg, "c", bySource[c.addr]}, {b.reg, "local", bySource[b.addr]}, {c.reg, "local", bySource[c.addr]}} {
+			got := counter(t, r.reg, "qm_allocator_allocations_total", map[string]string{"source": r.source, "code": "OK", "namespace": "default"})
+			if got != float64(r.want) {
+				t.Errorf("allocations_total{source=%q,code=OK} = %v, want %d", r.source, got, r.want)
+			}
+		}
+		if got := counter(t, a.reg, "qm_allocator_allocations_total", map[string]string{"source": "local"}); got != 0 {
+			t.Errorf("the entry counted %v allocations as its own, want 0", got)
+		}
 	})
 
 	t.Run("priority order, local entry in its namespace", func(t *testing.T) {
@@ -178,6 +195,9 @@ func TestMultiCluster(t *testing.T) {
 		resp := must(t, multiRequest("order", nil))
 		if resp.GetSource() != b.addr {
 			t.Fatalf("source %q, want b at %s", resp.GetSource(), b.addr)
+		}
+		if got := counter(t, a.reg, "qm_allocator_allocations_total", map[string]string{"source": "local", "code": "OK", "namespace": "default"}); got != 2 {
+			t.Errorf("allocations_total{source=local,code=OK} = %v, want 2 (the local entries)", got)
 		}
 	})
 
