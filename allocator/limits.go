@@ -34,6 +34,7 @@ const (
 //	  namespaces: [default]
 //	  maxAllocations: 1         # seed 004's "one instance per user"
 //	  requestsPerSecond: 5
+//	  templates: [private-match] # may Create from these (see TemplatesConfig)
 //	identities:
 //	  matchmaker:
 //	    namespaces: ["*"]
@@ -63,6 +64,10 @@ type IdentityLimits struct {
 	Burst             int     `json:"burst,omitempty"`
 	// Admin may list and release every identity's allocations.
 	Admin bool `json:"admin,omitempty"`
+	// Templates it may create game servers from (the AllocationAdmin
+	// API's Create); "*" for any, none when empty. Created servers count
+	// against MaxAllocations.
+	Templates []string `json:"templates,omitempty"`
 	// ClientCA, when set, is the file in the client CA directory (a base
 	// name such as "ops-ca.crt") whose CA must have issued the identity's
 	// certificate: another trusted CA cannot mint it. On default it binds
@@ -184,6 +189,11 @@ func ParseLimits(data []byte) (*LimitsConfig, error) {
 		if ca := l.ClientCA; ca != "" && (strings.ContainsAny(ca, `/\`) || strings.HasPrefix(ca, ".") ||
 			!(strings.HasSuffix(ca, ".crt") || strings.HasSuffix(ca, ".pem"))) {
 			errs = append(errs, fmt.Sprintf("%s.clientCA: %q is not the name of a *.crt or *.pem file in the client CA directory", field, ca))
+		}
+		for i, t := range l.Templates {
+			if t != "*" && !dnsLabel.MatchString(t) {
+				errs = append(errs, fmt.Sprintf("%s.templates[%d]: %q is not a template name or \"*\"", field, i, t))
+			}
 		}
 		for i, ns := range l.Namespaces {
 			if ns == "*" {
@@ -331,7 +341,7 @@ func (l *limiter) admit(identity, namespace string, now time.Time, b Backend) (*
 	defer h.mu.Unlock()
 	if n := b.CountAllocatedTo(identity) + h.pending; n >= max {
 		return nil, &limitError{reason: "max_allocations",
-			msg: fmt.Sprintf("identity %q already holds %d of its %d allowed allocations; release one first", identity, n, max)}
+			msg: fmt.Sprintf("identity %q already holds %d of its %d allowed allocations%s; release (or destroy) one first", identity, n, max, heldNames(b, identity))}
 	}
 	h.pending++
 	return h, nil
@@ -346,4 +356,23 @@ func (h *holder) done() {
 	h.mu.Lock()
 	h.pending--
 	h.mu.Unlock()
+}
+
+// heldNames names (some of) what identity holds, for the refusal at its
+// limit: " (default/a, default/b)". It is only asked when refusing.
+func heldNames(b Backend, identity string) string {
+	const most = 3
+	held := b.AllocatedTo(identity)
+	if len(held) == 0 {
+		return ""
+	}
+	names := make([]string, 0, most+1)
+	for _, gs := range held {
+		names = append(names, gs.Namespace+"/"+gs.Name)
+	}
+	sort.Strings(names)
+	if len(names) > most {
+		names = append(names[:most], fmt.Sprintf("and %d more", len(held)-most))
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }

@@ -26,6 +26,9 @@ const (
 	AllocatePath = "/gameserverallocation"
 	ListPath     = "/v1/allocations:list"
 	ReleasePath  = "/v1/allocations:release"
+	// CreatePath and DestroyPath carry Create and Destroy (create.go).
+	CreatePath  = "/v1/gameservers:create"
+	DestroyPath = "/v1/gameservers:destroy"
 )
 
 // NewRESTHandler returns the REST API as an http.Handler, for serving it
@@ -80,7 +83,7 @@ func (h *restHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	switch r.URL.Path {
-	case AllocatePath, ListPath, ReleasePath:
+	case AllocatePath, ListPath, ReleasePath, CreatePath, DestroyPath:
 	default:
 		writeError(w, status.Errorf(codes.NotFound, "no such path %q: POST %s to allocate", r.URL.Path, AllocatePath))
 		return
@@ -138,6 +141,26 @@ func (h *restHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if resp, err = h.svc.Release(ctx, id, in); err != nil {
+			writeError(w, err)
+			return
+		}
+	case CreatePath:
+		in := &qmv1.CreateRequest{}
+		if err := decodeBody(body, in); err != nil {
+			writeError(w, err)
+			return
+		}
+		if resp, err = h.svc.Create(ctx, id, in); err != nil {
+			writeError(w, err)
+			return
+		}
+	case DestroyPath:
+		in := &qmv1.DestroyRequest{}
+		if err := decodeBody(body, in); err != nil {
+			writeError(w, err)
+			return
+		}
+		if resp, err = h.svc.Destroy(ctx, id, in); err != nil {
 			writeError(w, err)
 			return
 		}

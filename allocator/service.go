@@ -54,6 +54,8 @@ type Options struct {
 	// MultiCluster serves requests with multiClusterSetting.enabled
 	// (forward.Forwarder); they are refused when nil.
 	MultiCluster MultiCluster
+	// Templates the AllocationAdmin API's Create may use; nil for none.
+	Templates *TemplatesConfig
 }
 
 // Service is the allocator's request handling, shared by the gRPC and REST
@@ -72,6 +74,8 @@ type Service struct {
 	// instant: the backend never waits (InstantBackend), so a request
 	// without a deadline needs no timer armed to bound it.
 	instant bool
+
+	templates atomic.Pointer[TemplatesConfig] // create.go; nil: none
 
 	ownerMaps  sync.Map // identity → map[string]string{OwnerAnnotation: identity}
 	ownerMapsN atomic.Int64
@@ -118,6 +122,7 @@ func NewService(o Options) (*Service, error) {
 		s.timeout = DefaultTimeout
 	}
 	s.limits.Store(newLimiter(o.Limits))
+	s.templates.Store(o.Templates)
 	return s, nil
 }
 

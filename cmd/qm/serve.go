@@ -73,6 +73,7 @@ type serveFlags struct {
 	replicas                 int
 	replica                  replicaFlags
 	fleets, limits           string
+	templates                string
 	multi                    multiClusterFlags
 	unallocated              string
 	logFormat, logLevel      string
@@ -111,6 +112,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
 	f.multi.register(fs)
 	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits), re-read every 2s so edits apply without a restart; without it every identity may allocate anywhere")
+	fs.StringVar(&f.templates, "templates", "", "game server templates file (YAML, kind: GameServerTemplates) for the AllocationAdmin API's Create (qm create), re-read every 2s; without it Create has no templates")
 	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -191,6 +193,12 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		limits = limitsFile.Config
 		tlsSrv.SetClientCABindings(limits.ClientCABindings())
 	}
+	var templates *allocator.TemplatesConfig
+	if f.templates != "" {
+		if templates, err = allocator.LoadTemplates(f.templates); err != nil {
+			return err
+		}
+	}
 	seed := f.seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -269,7 +277,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	svc, err := allocator.NewService(allocator.Options{
 		Backend: backend, Limits: limits, Logger: log, Metrics: metrics,
 		Seed: seed, UnallocatedCode: unallocated, Timeout: f.timeout,
-		MultiCluster: multiClusterOf(fwd),
+		MultiCluster: multiClusterOf(fwd), Templates: templates,
 	})
 	if err != nil {
 		return err
@@ -302,6 +310,9 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 			svc.SetLimits(c)
 			tlsSrv.SetClientCABindings(c.ClientCABindings())
 		})
+	}
+	if f.templates != "" {
+		go allocator.WatchTemplates(runCtx, f.templates, limitsPollInterval, log, svc.SetTemplates)
 	}
 	srv.Start()
 
