@@ -29,7 +29,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	}
 	dir := t.TempDir()
 	for i, cl := range top.Spec.Clusters {
-		files, err := Manifests(top, i, Options{}, l, src)
+		files, err := Manifests(top, i, Options{HostAddress: "172.18.0.1"}, l, src)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package kind
 
 import (
-	"fmt"
 	"strconv"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -11,8 +10,8 @@ import (
 )
 
 // Fixed ports. The allocator's Service is a NodePort on AllocatorNodePort,
-// so the other clusters reach it at their peer's node container on that
-// port, and the callers on the host at the port kind maps to it.
+// which kind maps to a host port: the callers on the host reach it there,
+// and so do the links other clusters' allocators forward through.
 const (
 	AllocatorNodePort = 30443
 	// DefaultAPIServerPort + i is cluster i's API server on the host.
@@ -83,9 +82,4 @@ func ConfigYAML(t *rig.Topology, i int, opts Options) ([]byte, error) {
 func CallerAddr(i int, opts Options) string {
 	opts.defaults()
 	return "127.0.0.1:" + strconv.Itoa(opts.CallerPort+i)
-}
-
-// peerAddr is where another cluster's allocators reach cluster's.
-func peerAddr(cluster string) string {
-	return fmt.Sprintf("%s:%d", NodeHost(cluster), AllocatorNodePort)
 }

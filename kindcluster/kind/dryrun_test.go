@@ -161,6 +161,8 @@ func TestUpStopsOnAFailedCommand(t *testing.T) {
 	opts.Runner = &Exec{Programs: scriptedPrograms{fail: "rollout", out: "Waiting for 1 pods to be ready..."}}
 	// Exec's kind half is never reached: replace it with the dry one.
 	opts.Runner = mixed{dry: &DryRun{}, programs: opts.Runner.(*Exec)}
+	// scriptedPrograms prints nothing for docker network inspect.
+	opts.HostAddress = "172.18.0.1"
 	_, err := Up(context.Background(), top, opts)
 	if err == nil || !strings.Contains(err.Error(), "rollout status statefulset/qm-allocator") || !strings.Contains(err.Error(), "Waiting for 1 pods") {
 		t.Fatalf("Up: %v, want the failed rollout with its output", err)
@@ -196,3 +198,7 @@ func (m mixed) Delete(n, k string) error            { return m.dry.Delete(n, k) 
 func (m mixed) Run(ctx context.Context, c kindcluster.Command) ([]byte, error) {
 	return m.programs.Run(ctx, c)
 }
+
+// Notef makes mixed a dry run where it counts: links are noted, not
+// started.
+func (m mixed) Notef(format string, args ...any) { m.dry.Notef(format, args...) }

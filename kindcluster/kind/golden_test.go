@@ -113,7 +113,7 @@ func TestGoldenManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range top.Spec.Clusters {
-		files, err := Manifests(top, i, Options{}, l, src)
+		files, err := Manifests(top, i, Options{HostAddress: "172.18.0.1"}, l, src)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,5 +125,8 @@ func TestGoldenManifests(t *testing.T) {
 		if got, want := strings.Join(names, " "), "allocator.yaml agent.yaml fleets.yaml policies.yaml"; got != want {
 			t.Errorf("manifest files %q, want %q", got, want)
 		}
+	}
+	if _, err := Manifests(top, 0, Options{}, l, src); err == nil || !strings.Contains(err.Error(), "no host address") {
+		t.Errorf("Manifests without a host address: %v, want an error saying so", err)
 	}
 }

@@ -45,7 +45,7 @@ func TestKindRig(t *testing.T) {
 	top := loadExample(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	r, err := Up(ctx, top, Options{Dir: t.TempDir() + "/rig", Build: true, Log: testLog{t}})
+	r, err := Up(ctx, top, Options{Dir: t.TempDir() + "/rig", Build: true, Log: testLog{t}, HostAddress: os.Getenv(HostAddressEnv), LinkListen: os.Getenv(LinkListenEnv)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,11 @@ func TestKindRig(t *testing.T) {
 		}
 		sources[resp.GetSource()]++
 	}
-	if sources["local"] != onPrem || sources[peerAddr("cloud")] != 1 {
-		t.Errorf("sources %v: want %d local (on-prem) and then 1 from %s", sources, onPrem, peerAddr("cloud"))
+	// The cloud answers through on-prem's link to it, which the policy
+	// names.
+	toCloud := r.Proxies.Find("on-prem", "cloud")[0].Addr()
+	if sources["local"] != onPrem || sources[toCloud] != 1 {
+		t.Errorf("sources %v: want %d local (on-prem) and then 1 from %s", sources, onPrem, toCloud)
 	}
 	for i, want := range []int{onPrem, 1} {
 		if got := allocatedOn(ctx, t, r.Clusters[i].Kubeconfig, top.Spec.Namespace); got != want {

@@ -60,9 +60,13 @@ func CRDs() []byte {
 // Manifests are what topology cluster i runs, in the order they are
 // applied: the allocator (from allocatorYAML, deploy/allocator.yaml, with
 // its TLS Secrets), the fleet agent, the fleets, and the policies with
-// their connection Secrets. l holds the rig's certificates.
+// their connection Secrets, whose endpoints are the links on
+// opts.HostAddress (which must be set). l holds the rig's certificates.
 func Manifests(t *rig.Topology, i int, opts Options, l certs.Layout, allocatorYAML []byte) ([]File, error) {
 	opts.defaults()
+	if opts.HostAddress == "" {
+		return nil, errors.New("no host address: the policies' endpoints are the links there")
+	}
 	alloc, err := allocatorObjects(t, i, opts, l, allocatorYAML)
 	if err != nil {
 		return nil, fmt.Errorf("allocator manifest: %w", err)
@@ -74,7 +78,7 @@ func Manifests(t *rig.Topology, i int, opts Options, l certs.Layout, allocatorYA
 	for _, f := range rig.FleetObjects(t, i) {
 		fleets = append(fleets, f.Object)
 	}
-	policies, err := policyObjects(t, i, l)
+	policies, err := policyObjects(t, i, l, linkEndpoints(t, i, opts.HostAddress, opts.LinkPort))
 	if err != nil {
 		return nil, err
 	}
@@ -98,12 +102,8 @@ func Manifests(t *rig.Topology, i int, opts Options, l certs.Layout, allocatorYA
 }
 
 // policyObjects are cluster i's policies and connection Secrets, with every
-// other cluster reached at its node's allocator NodePort on kind's network.
-func policyObjects(t *rig.Topology, i int, l certs.Layout) ([]map[string]any, error) {
-	endpoints := map[string][]string{}
-	for _, c := range t.Spec.Clusters {
-		endpoints[c.Name] = []string{peerAddr(c.Name)}
-	}
+// other cluster reached at endpoints (its links).
+func policyObjects(t *rig.Topology, i int, l certs.Layout, endpoints map[string][]string) ([]map[string]any, error) {
 	objs, err := rig.PolicyObjects(t, t.Spec.Clusters[i].Name, endpoints, l)
 	if err != nil {
 		return nil, fmt.Errorf("policies: %w", err)
@@ -182,6 +182,49 @@ func allocatorWorkload(src []byte) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no StatefulSet or Deployment %s", allocatorName)
+}
+
+// allocatorHTTPPort is the container port named http of the allocator in
+// deploy/allocator.yaml: its /metrics, which Metrics reads through the API
+// server's pod proxy.
+func allocatorHTTPPort(src []byte) (int, error) {
+	docs, err := decodeAll(src)
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range docs {
+		u := unstructured.Unstructured{Object: d}
+		if !isWorkload(u.GetKind()) || u.GetName() != allocatorName {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(d, "spec", "template", "spec", "containers")
+		for _, raw := range containers {
+			ct, ok := raw.(map[string]any)
+			if !ok || ct["name"] != allocatorContainer {
+				continue
+			}
+			ports, _, _ := unstructured.NestedSlice(ct, "ports")
+			for _, rp := range ports {
+				p, ok := rp.(map[string]any)
+				if !ok || p["name"] != "http" {
+					continue
+				}
+				// Decoded YAML numbers may be int64 or float64.
+				switch n := p["containerPort"].(type) {
+				case int64:
+					if n > 0 && n < 65536 {
+						return int(n), nil
+					}
+				case float64:
+					if n > 0 && n < 65536 && n == float64(int(n)) {
+						return int(n), nil
+					}
+				}
+				return 0, fmt.Errorf("the %s container's port http has no valid containerPort: %v", allocatorContainer, p["containerPort"])
+			}
+		}
+	}
+	return 0, fmt.Errorf("the %s container of %s has no port named http", allocatorContainer, allocatorName)
 }
 
 func editWorkload(d map[string]any, cluster string, replicas int, image string) error {

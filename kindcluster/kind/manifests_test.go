@@ -114,7 +114,7 @@ func TestAllocatorManifestErrors(t *testing.T) {
 		{"no allocator container", strings.Replace(string(src), "- name: allocator\n", "- name: other\n", 1), `no container "allocator"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Manifests(top, 0, Options{}, l, []byte(tc.src))
+			_, err := Manifests(top, 0, Options{HostAddress: "172.18.0.1"}, l, []byte(tc.src))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Manifests: %v, want an error containing %q", err, tc.want)
 			}

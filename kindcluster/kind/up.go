@@ -47,6 +47,18 @@ type Options struct {
 	// APIServerPort and CallerPort are cluster 0's host ports; cluster i
 	// uses the next i-th (defaults DefaultAPIServerPort, DefaultCallerPort).
 	APIServerPort, CallerPort int
+	// HostAddress is the address kind's pods reach this host by, where the
+	// links between clusters listen (see links.go). Default: the gateway
+	// of kind's Docker network, asked of Docker once the first cluster
+	// (and so the network) exists; on Docker Desktop set
+	// host.docker.internal.
+	HostAddress string
+	// LinkListen is the address the links between clusters listen on
+	// (default LinkListen(HostAddress)).
+	LinkListen string
+	// LinkPort is the first host port of the links between clusters
+	// (default DefaultLinkPort; n*n ports from there for n clusters).
+	LinkPort int
 	// Wait bounds each wait: a node Ready, a rollout, a fleet Ready
 	// (default 5 minutes).
 	Wait time.Duration
@@ -71,6 +83,9 @@ func (o *Options) defaults() {
 	}
 	if o.CallerPort == 0 {
 		o.CallerPort = DefaultCallerPort
+	}
+	if o.LinkPort == 0 {
+		o.LinkPort = DefaultLinkPort
 	}
 	if o.Wait == 0 {
 		o.Wait = 5 * time.Minute
@@ -129,9 +144,16 @@ type Rig struct {
 	Dir      string
 	Certs    certs.Layout
 	Clusters []Cluster
+	// HostAddress is where the clusters' pods reach this host: the links
+	// between clusters are dialled there.
+	HostAddress string
+	// Proxies are the links: from the callers to each cluster, and from
+	// each cluster to each (itself included), as the policies name them.
+	Proxies *rig.Proxies
 
 	opts     Options
 	workload string // the allocator's, as kubectl names it
+	httpPort int    // the allocator's /metrics
 	mu       sync.Mutex
 	made     []Cluster // created, so Stop deletes them
 	once     sync.Once
@@ -163,14 +185,19 @@ func (r *Rig) kubectl(kubeconfig string, args ...string) kindcluster.Command {
 }
 
 // Up brings the topology up on kind, in this order: certificates; every
-// file (kind configs, manifests); the image built (with Build) and saved to
-// an archive; then cluster after cluster: create it, write its kubeconfig,
-// load the image, install the CRDs and wait until they are Established,
-// apply the allocator, the fleet agent, the fleets and the policies; last,
-// wait in each cluster for the allocator and agent rollouts and the fleets'
-// Ready servers. Clusters are made one after another, not together: the
-// record of a run is then the same every time, and one failure stops before
-// the next cluster costs a minute. On failure Up deletes what it created.
+// file that needs no cluster (kind configs, CRDs) and a trial of the
+// manifests; the image built (with Build) and saved to an archive; every
+// kind cluster created, its kubeconfig written and the image loaded; the
+// address kind's pods reach this host by (HostAddress, else the gateway of
+// kind's network, which exists from the first cluster on); the server
+// certificate reissued for that address and the manifests written; the
+// links started (callers to each cluster, each cluster to each); then in
+// each cluster: the CRDs installed and Established, the allocator, the
+// fleet agent, the fleets and the policies applied; last, in each cluster,
+// the allocator and agent rollouts and the fleets' Ready servers awaited.
+// Clusters are made one after another, not together: the record of a run
+// is then the same every time, and one failure stops before the next
+// cluster costs a minute. On failure Up deletes what it created.
 func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) {
 	if err := opts.resolve(); err != nil {
 		return nil, err
@@ -189,7 +216,11 @@ func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("deploy/allocator.yaml: %w", err)
 	}
-	r := &Rig{Topology: t, Dir: opts.Dir, opts: opts, workload: workload}
+	httpPort, err := allocatorHTTPPort(allocatorYAML)
+	if err != nil {
+		return nil, fmt.Errorf("deploy/allocator.yaml: %w", err)
+	}
+	r := &Rig{Topology: t, Dir: opts.Dir, opts: opts, workload: workload, httpPort: httpPort, Proxies: rig.NewProxies()}
 	if err := makeEmptyDir(r.Dir); err != nil {
 		return nil, err
 	}
@@ -207,10 +238,10 @@ func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) 
 		return nil, err
 	}
 	r.logf("kind rig %q in %s", t.Metadata.Name, r.Dir)
-	if err := r.makeCerts(); err != nil {
+	if err := r.makeCerts(opts.HostAddress); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	if err := r.writeFiles(allocatorYAML); err != nil {
+	if err := r.writeConfigs(allocatorYAML); err != nil {
 		return nil, err
 	}
 	archive := filepath.Join(r.Dir, "qm-image.tar")
@@ -232,6 +263,27 @@ func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) 
 			return nil, fmt.Errorf("cluster %q: %w", r.Clusters[i].Name, err)
 		}
 	}
+	if r.HostAddress, err = r.resolveHostAddress(ctx); err != nil {
+		return nil, err
+	}
+	r.logf("kind's pods reach this host at %s: the links between clusters are dialled there", r.HostAddress)
+	if err := r.makeCerts(r.HostAddress); err != nil {
+		return nil, fmt.Errorf("certificates for %s: %w", r.HostAddress, err)
+	}
+	if err := r.writeManifests(allocatorYAML); err != nil {
+		return nil, err
+	}
+	if err := r.link(); err != nil {
+		return nil, err
+	}
+	for i := range r.Clusters {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := r.applyCluster(ctx, i); err != nil {
+			return nil, fmt.Errorf("cluster %q: %w", r.Clusters[i].Name, err)
+		}
+	}
 	for i := range r.Clusters {
 		if err := r.waitCluster(ctx, i); err != nil {
 			return nil, fmt.Errorf("cluster %q: %w", r.Clusters[i].Name, err)
@@ -248,14 +300,21 @@ func makeEmptyDir(dir string) error {
 	return os.MkdirAll(dir, 0o755)
 }
 
-func (r *Rig) makeCerts() error {
+// makeCerts makes the rig's certificates, or completes them: run again with
+// the host address, it reissues the server certificate for that name too
+// and keeps the CA and the client certificates.
+func (r *Rig) makeCerts(hostAddress string) error {
 	clients := []string{CallerIdentity}
 	hosts := []string{"127.0.0.1", "localhost"}
 	for _, c := range r.Clusters {
 		clients = append(clients, forwarderPrefix+c.Name)
-		// Allocators forward to each other by their node's name on kind's
-		// network, so every node name is one of the server's names.
+		// A node's name on kind's network reaches its allocators too
+		// (NodeHost:AllocatorNodePort), for whoever forwards directly.
 		hosts = append(hosts, NodeHost(c.Name))
+	}
+	if hostAddress != "" {
+		// The links between clusters are dialled here.
+		hosts = append(hosts, hostAddress)
 	}
 	res, err := certs.Generate(certs.GenerateOptions{Dir: filepath.Join(r.Dir, "certs"), Hosts: hosts, Clients: clients, Now: time.Now()})
 	if err != nil {
@@ -269,11 +328,20 @@ func (r *Rig) crdsFile() string { return filepath.Join(r.Dir, "crds.yaml") }
 
 func (r *Rig) manifestsDir(name string) string { return filepath.Join(r.clusterDir(name), "manifests") }
 
-// writeFiles writes what Up applies, before anything starts, so a bad
-// manifest fails before any cluster costs a minute.
-func (r *Rig) writeFiles(allocatorYAML []byte) error {
+// trialHostAddress stands in for the host address in the trial of the
+// manifests before any cluster exists (TEST-NET-1: never anyone's).
+const trialHostAddress = "192.0.2.1"
+
+// writeConfigs writes the files that need no cluster (kind configs, CRDs)
+// and builds every manifest once in trial, so a bad manifest fails before
+// any cluster costs a minute.
+func (r *Rig) writeConfigs(allocatorYAML []byte) error {
 	if err := os.WriteFile(r.crdsFile(), CRDs(), 0o644); err != nil {
 		return err
+	}
+	trial := r.opts
+	if trial.HostAddress == "" {
+		trial.HostAddress = trialHostAddress
 	}
 	for i, c := range r.Clusters {
 		if err := os.MkdirAll(r.manifestsDir(c.Name), 0o700); err != nil {
@@ -286,7 +354,20 @@ func (r *Rig) writeFiles(allocatorYAML []byte) error {
 		if err := os.WriteFile(filepath.Join(r.clusterDir(c.Name), "kind.yaml"), cfg, 0o644); err != nil {
 			return err
 		}
-		files, err := Manifests(r.Topology, i, r.opts, r.Certs, allocatorYAML)
+		if _, err := Manifests(r.Topology, i, trial, r.Certs, allocatorYAML); err != nil {
+			return fmt.Errorf("cluster %q: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeManifests writes what Up applies in each cluster, with the links
+// on the host address as the policies' endpoints.
+func (r *Rig) writeManifests(allocatorYAML []byte) error {
+	opts := r.opts
+	opts.HostAddress = r.HostAddress
+	for i, c := range r.Clusters {
+		files, err := Manifests(r.Topology, i, opts, r.Certs, allocatorYAML)
 		if err != nil {
 			return fmt.Errorf("cluster %q: %w", c.Name, err)
 		}
@@ -301,10 +382,12 @@ func (r *Rig) writeFiles(allocatorYAML []byte) error {
 	return nil
 }
 
-// Manifest files in the order they are applied, by the names writeFiles
+// Manifest files in the order they are applied, by the names writeManifests
 // gives them.
 var manifestOrder = []string{"10-allocator.yaml", "20-agent.yaml", "30-fleets.yaml", "40-policies.yaml"}
 
+// createCluster makes cluster i's kind cluster, writes its kubeconfig and
+// loads the image into its node.
 func (r *Rig) createCluster(ctx context.Context, i int, archive string) error {
 	c := r.Clusters[i]
 	dir := r.clusterDir(c.Name)
@@ -329,6 +412,12 @@ func (r *Rig) createCluster(ctx context.Context, i int, archive string) error {
 	if err := r.opts.Runner.LoadImage(c.Kind, archive); err != nil {
 		return fmt.Errorf("load image: %w", err)
 	}
+	return nil
+}
+
+// applyCluster installs the CRDs in cluster i and applies its manifests.
+func (r *Rig) applyCluster(ctx context.Context, i int) error {
+	c := r.Clusters[i]
 	wait := "--timeout=" + r.opts.Wait.String()
 	steps := []kindcluster.Command{
 		r.kubectl(c.Kubeconfig, "apply", "--server-side", "-f", r.crdsFile()),
@@ -372,6 +461,9 @@ func (r *Rig) waitCluster(ctx context.Context, i int) error {
 // is safe to call more than once.
 func (r *Rig) Stop() error {
 	r.once.Do(func() {
+		if r.Proxies != nil {
+			r.Proxies.Close()
+		}
 		r.mu.Lock()
 		made := r.made
 		r.mu.Unlock()

@@ -41,6 +41,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	proxy   *toxiproxy.Proxy
 	addr    string // where it listens, kept across down and up
+	dial    string // what the other end dials, when not addr (AddAt)
 	latency Link
 	faults  map[Fault]bool
 }
@@ -60,12 +61,23 @@ func NewProxies() *Proxies {
 // Add starts a link listening on a free loopback port and forwarding to
 // upstream, with the given latency each way.
 func (ls *Proxies) Add(from, to string, replica int, upstream string, l Link) (*Proxy, error) {
+	return ls.AddAt("127.0.0.1:0", "", from, to, replica, upstream, l)
+}
+
+// AddAt starts a link listening on listen (host:port; port 0 picks one)
+// and forwarding to upstream. dial, when not empty, is the address the
+// other end reaches the listener by, if that differs from where it
+// listens: a kind cluster's pods reach a link on this host by its Docker
+// network's gateway address, whatever interface it listens on. Addr
+// returns dial then, since that is what policies name and responses
+// report as their source.
+func (ls *Proxies) AddAt(listen, dial, from, to string, replica int, upstream string, l Link) (*Proxy, error) {
 	name := fmt.Sprintf("%s->%s/%d", from, to, replica)
-	p := toxiproxy.NewProxy(ls.server, name, "127.0.0.1:0", upstream)
+	p := toxiproxy.NewProxy(ls.server, name, listen, upstream)
 	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("link %s: %w", name, err)
+		return nil, fmt.Errorf("link %s: listen on %s: %w", name, listen, err)
 	}
-	lk := &Proxy{From: from, To: to, Replica: replica, proxy: p, addr: p.Listen, faults: map[Fault]bool{}}
+	lk := &Proxy{From: from, To: to, Replica: replica, proxy: p, addr: p.Listen, dial: dial, faults: map[Fault]bool{}}
 	if err := lk.SetLatency(l); err != nil {
 		p.Stop()
 		return nil, err
@@ -103,9 +115,18 @@ func (ls *Proxies) Close() {
 	}
 }
 
-// Addr is where the link listens: the address to dial instead of the
-// allocator's own.
-func (l *Proxy) Addr() string { return l.addr }
+// Addr is the address to dial instead of the allocator's own: where the
+// link listens, or the address given to AddAt for it.
+func (l *Proxy) Addr() string {
+	if l.dial != "" {
+		return l.dial
+	}
+	return l.addr
+}
+
+// ListenAddr is where the link listens, which differs from Addr when
+// AddAt was given the address the other end dials.
+func (l *Proxy) ListenAddr() string { return l.addr }
 
 func (l *Proxy) String() string {
 	return fmt.Sprintf("%s -> %s/%d (%s)", l.From, l.To, l.Replica, l.addr)
