@@ -73,6 +73,8 @@ type loadFlags struct {
 	labels, annotations, counters multiFlag
 	listAdd, listDel              multiFlag
 	sels                          selectorFlags
+	trace                         string
+	traceMaxBytes                 int64
 }
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -109,11 +111,18 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}()
 	for _, tc := range plan.cfg.Targets {
 		caller, err := loadgen.NewCaller(ctx, loadgen.Dial{Target: tc, TLS: tlsCfg, Connections: f.connections,
-			Request: plan.req, Sessions: f.release})
+			Request: plan.req, Sessions: f.release || f.trace != ""})
 		if err != nil {
 			return err
 		}
 		targets = append(targets, loadgen.Target{Config: tc, Caller: caller})
+	}
+	if f.trace != "" {
+		tracer, err := startLoadTrace(&f, plan.req, targets, stderr)
+		if err != nil {
+			return err
+		}
+		defer tracer()
 	}
 
 	progress := stderr
@@ -230,6 +239,8 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.Var(&f.counters, "counter", "counter action NAME=Increment:N, NAME=Decrement:N or NAME=capacity:N (repeatable)")
 	fs.Var(&f.listAdd, "list-add", "list action NAME=VALUE (repeatable)")
 	fs.Var(&f.listDel, "list-delete", "list action NAME=VALUE (repeatable)")
+	fs.StringVar(&f.trace, "trace", "", "record every request sent and answer got as a trace (JSON lines, see trace/) to this file, for qm sim --replay; one allocate target only")
+	fs.Int64Var(&f.traceMaxBytes, "trace-max-bytes", 0, "bound on the trace on disk, rotated files included (0: no bound)")
 	return fs
 }
 
@@ -443,6 +454,9 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 	}
 	if f.stream != "" && f.scenario == "" {
 		return nil, errors.New("--stream needs --scenario")
+	}
+	if err := checkLoadTrace(f, tcs); err != nil {
+		return nil, err
 	}
 
 	mode := "open"
