@@ -21,6 +21,7 @@ type multiClusterFlags struct {
 	policies       string
 	forwardTimeout time.Duration
 	clusterName    string
+	breaker        forward.BreakerOptions
 
 	// kubeREST is set by the kubernetes backend: without --policies, the
 	// policies and Secrets then come from its API server.
@@ -32,6 +33,10 @@ func (m *multiClusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.policies, "policies", "", "multi-cluster policies: a YAML file (or a directory of manifests) of multicluster.agones.dev/v1 GameServerAllocationPolicy objects and the v1 Secrets they name, re-read every 2s. Without it, --backend kubernetes watches the API server's policies and Secrets, and the memory backend refuses multiClusterSetting.enabled")
 	fs.DurationVar(&m.forwardTimeout, "forward-timeout", forward.DefaultTryTimeout, "bound on one forwarded call to a remote allocator (the caller's deadline bounds the whole request)")
 	fs.StringVar(&m.clusterName, "cluster-name", "", "this allocator's name in forwarded calls' hop list, for loop refusal (default: a random one per process; give replicas of one cluster the same)")
+	// A live scenario run at time scale N divides these by N with the rest
+	// of the scenario's timeline.
+	fs.DurationVar(&m.breaker.OpenFor, "breaker-open", 0, "how long a remote allocator's breaker skips it after 3 transport failures in a row, before a probe (default 1s; doubled per failed probe)")
+	fs.DurationVar(&m.breaker.MaxOpenFor, "breaker-max-open", 0, "the longest a breaker stays open between probes (default 30s)")
 }
 
 // start builds the forwarder and keeps its policies in step with their
@@ -42,6 +47,9 @@ func (m *multiClusterFlags) register(fs *flag.FlagSet) {
 func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg prometheus.Registerer, unallocated codes.Code) (*forward.Forwarder, error) {
 	if m.forwardTimeout <= 0 {
 		return nil, fmt.Errorf("--forward-timeout must be positive, got %v", m.forwardTimeout)
+	}
+	if m.breaker.OpenFor < 0 || m.breaker.MaxOpenFor < 0 {
+		return nil, fmt.Errorf("--breaker-open and --breaker-max-open must not be negative, got %v and %v", m.breaker.OpenFor, m.breaker.MaxOpenFor)
 	}
 	if m.policies == "" {
 		if m.kubeREST == nil {
@@ -55,7 +63,7 @@ func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg pro
 	}
 	store := forward.NewStore(file.Set)
 	fwd, err := forward.New(forward.Options{
-		Source: store, Self: m.clusterName, TryTimeout: m.forwardTimeout,
+		Source: store, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
 		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
 	})
 	if err != nil {
@@ -77,7 +85,7 @@ func (m *multiClusterFlags) startKube(ctx context.Context, log *slog.Logger, reg
 		return nil, err
 	}
 	fwd, err := forward.New(forward.Options{
-		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout,
+		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
 		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
 	})
 	if err != nil {

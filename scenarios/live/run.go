@@ -1,0 +1,655 @@
+package live
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/loadgen"
+	"github.com/quartermaster-dev/quartermaster/scenarios"
+	"github.com/quartermaster-dev/quartermaster/sim"
+)
+
+// Kind is what a live run's report is called; `qm report` reads it as the
+// measured side of a scenario.
+const Kind = "LiveScenarioReport"
+
+// Options configure Run.
+type Options struct {
+	// Scale is the time scale N (default 1).
+	Scale float64
+	// QM is the qm binary the allocators run as (default: this
+	// executable, right for `qm scenario run --live`).
+	QM string
+	// Dir holds the rig's certificates, fleets, policies and logs (default:
+	// a new temporary directory, removed afterwards).
+	Dir string
+	// Progress receives a line every few seconds and the rig's steps (nil:
+	// quiet).
+	Progress io.Writer
+}
+
+// Report is a live run: the scenario's expectations checked on results in
+// the simulator's format, and what the live run did differently.
+type Report struct {
+	APIVersion   string            `json:"apiVersion"`
+	Kind         string            `json:"kind"`
+	Scenario     string            `json:"scenario"`
+	Description  string            `json:"description,omitempty"`
+	Passed       bool              `json:"passed"`
+	Expectations []scenarios.Check `json:"expectations"`
+	Results      *sim.Results      `json:"results"`
+	Live         Info              `json:"live"`
+	plan         *Plan
+}
+
+// Info is what only a live run has.
+type Info struct {
+	TimeScale   float64 `json:"timeScale"`
+	Backend     string  `json:"backend"`
+	Entry       string  `json:"entry"`
+	WallSeconds float64 `json:"wallSeconds"`
+	Interrupted bool    `json:"interrupted,omitempty"`
+	// NotModelled names what the scenario describes that this run did not
+	// reproduce, by path in the file.
+	NotModelled []string     `json:"notModelled"`
+	Streams     []StreamInfo `json:"streams"`
+	// OtherAnswers counts answers that are none of the simulator's
+	// outcomes, by gRPC code; they count as failed requests.
+	OtherAnswers map[string]uint64 `json:"otherAnswers,omitempty"`
+	// Refused counts, per cluster, forwarded tries an allocator refused
+	// for a reason other than having no server (a misconfigured policy).
+	Refused map[string]uint64 `json:"refused,omitempty"`
+	// Released and ReleaseErrors count sessions given back per cluster.
+	Released      map[string]uint64 `json:"released"`
+	ReleaseErrors map[string]uint64 `json:"releaseErrors,omitempty"`
+}
+
+// StreamInfo is what the load generator saw of one stream.
+type StreamInfo struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"`
+	Intended int64  `json:"intended"`
+	Sent     int64  `json:"sent"`
+	NotSent  int64  `json:"notSent"`
+	// LatencyP99Ms is from each request's intended send time (loadgen's
+	// measure), where the results' latencies run from when it was sent.
+	LatencyP99Ms      float64 `json:"latencyP99Ms"`
+	SendLatenessP99Ms float64 `json:"sendLatenessP99Ms"`
+}
+
+// Run brings the scenario up live, drives its workload, and returns the
+// report. Cancelling ctx stops the run early; the report then covers what
+// ran and is marked interrupted.
+func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, error) {
+	if opt.Scale == 0 {
+		opt.Scale = 1
+	}
+	p, err := NewPlan(s, opt.Scale)
+	if err != nil {
+		return nil, err
+	}
+	if opt.QM == "" {
+		if opt.QM, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	dir := opt.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "qm-live-"+s.Metadata.Name+"-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	logf := func(format string, args ...any) {
+		if opt.Progress != nil {
+			fmt.Fprintf(opt.Progress, format+"\n", args...)
+		}
+	}
+	logf("live %s: %d clusters as memory-backend qm serve processes in %s; time scale %v: %v of scenario time in %v",
+		s.Metadata.Name, len(p.Clusters), dir, p.Scale, s.Spec.Duration.D(), p.Duration)
+	r, err := startRig(ctx, p, opt.QM, dir, *s.Spec.Seed, opt.Progress)
+	if err != nil {
+		return nil, err
+	}
+	defer r.stop()
+	logf("live %s: allocators up; callers send to %s", s.Metadata.Name, p.Entry)
+	return drive(ctx, p, r, *s.Spec.Seed, opt.Progress)
+}
+
+// drive runs the workload and the outages against a running rig.
+func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Writer) (*Report, error) {
+	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certs.Dir, callerIdentity))
+	if err != nil {
+		return nil, err
+	}
+	admins := map[string]qmv1.AllocationAdminClient{}
+	var conns []*grpc.ClientConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	dial := func(addr string) (*grpc.ClientConn, error) {
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg.Clone())))
+		if err == nil {
+			conns = append(conns, c)
+		}
+		return c, err
+	}
+	for _, c := range p.Clusters {
+		// Sessions end inside their cluster, as a game server's own
+		// shutdown does: straight to the allocator, past the links, so an
+		// outage of the callers' link does not keep a server allocated.
+		conn, err := dial(r.allocators[c.Name].grpc)
+		if err != nil {
+			return nil, err
+		}
+		admins[c.Name] = qmv1.NewAllocationAdminClient(conn)
+	}
+
+	start := time.Now()
+	rec := newRecorder(p, start)
+	sources := r.sourceClusters()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Outages: the cluster's links down from start to end.
+	var faultErr error
+	var faultMu sync.Mutex
+	var timers []*time.Timer
+	for _, o := range p.Outages {
+		for _, ev := range []struct {
+			at   time.Duration
+			down bool
+		}{{o.Start, true}, {o.End, false}} {
+			timers = append(timers, time.AfterFunc(ev.at-time.Since(start), func() {
+				if err := r.setDown(o.Cluster, ev.down); err != nil {
+					faultMu.Lock()
+					faultErr = errors.Join(faultErr, err)
+					faultMu.Unlock()
+				}
+				if progress != nil {
+					state := "up again"
+					if ev.down {
+						state = "down (outage)"
+					}
+					fmt.Fprintf(progress, "live %s: %s: links to %s %s\n", p.Scenario.Metadata.Name, time.Duration(float64(time.Since(start))*p.Scale).Round(time.Second), o.Cluster, state)
+				}
+			}))
+		}
+	}
+	defer func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}()
+
+	// Samples for the series, every interval of wall time.
+	samplesDone := make(chan struct{})
+	go func() {
+		defer close(samplesDone)
+		tick := time.NewTicker(p.SampleInterval)
+		defer tick.Stop()
+		k := 0
+		last := time.Now()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case now := <-tick.C:
+				rec.sample(k)
+				k++
+				if progress != nil && now.Sub(last) >= 5*time.Second {
+					last = now
+					fmt.Fprintln(progress, progressLine(p, rec, now.Sub(start)))
+				}
+			}
+		}
+	}()
+
+	type streamOut struct {
+		res *loadgen.Result
+		err error
+	}
+	outs := make([]streamOut, len(p.Streams))
+	var wg sync.WaitGroup
+	for i, st := range p.Streams {
+		target := p.Entry
+		if st.Cluster != "" {
+			target = st.Cluster
+		}
+		req, err := wire.RequestFromCore(&st.Request)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", st.Name, err)
+		}
+		var entry []allocation.AllocationServiceClient
+		for range 4 {
+			conn, err := dial(r.callerAddr(target))
+			if err != nil {
+				return nil, err
+			}
+			entry = append(entry, allocation.NewAllocationServiceClient(conn))
+		}
+		c := &caller{rec: rec, alloc: entry, req: req, direct: st.Cluster, sources: sources, admins: admins}
+		sched, err := sim.NewSchedule(st.Rate, p.Duration)
+		if err != nil {
+			return nil, err
+		}
+		streamSeed := seed ^ (uint64(i+1) * 0x9e3779b97f4a7c15)
+		opts := loadgen.Options{
+			NewPacer:      func() loadgen.Pacer { return newPoissonPacer(sched, streamSeed) },
+			Duration:      p.Duration,
+			Timeout:       p.Deadline,
+			MaxInFlight:   8192,
+			Release:       true,
+			SessionLength: sessionSampler(st.Session, streamSeed),
+		}
+		cfg := loadgen.Config{Mode: "open", Arrival: "scenario:" + p.Scenario.Metadata.Name + "/" + st.Name, Seed: streamSeed,
+			Connections: len(entry), DurationSeconds: p.Duration.Seconds()}
+		tc := loadgen.TargetConfig{Name: st.Name, Addr: r.callerAddr(target), Protocol: "grpc", Call: "allocate"}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := loadgen.Run(runCtx, cfg, []loadgen.Target{{Config: tc, Caller: c}}, opts)
+			outs[i] = streamOut{res, err}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	cancel()
+	<-samplesDone
+	rec.sample(int(p.Duration / max(p.SampleInterval, 1)))
+	if err := errors.Join(faultErr); err != nil {
+		return nil, fmt.Errorf("outage links: %w", err)
+	}
+
+	rep := &Report{
+		APIVersion: scenarios.APIVersion, Kind: Kind, Scenario: p.Scenario.Metadata.Name,
+		Description: p.Scenario.Metadata.Description, Passed: true, Expectations: []scenarios.Check{}, plan: p,
+		Live: Info{TimeScale: p.Scale, Backend: "memory", Entry: p.Entry, WallSeconds: round4(wall.Seconds()),
+			Interrupted: ctx.Err() != nil, NotModelled: append([]string(nil), p.NotModelled...)},
+	}
+	for i, o := range outs {
+		if o.err != nil {
+			return nil, fmt.Errorf("stream %s: %w", p.Streams[i].Name, o.err)
+		}
+		t := o.res.Targets[0]
+		rep.Live.Streams = append(rep.Live.Streams, StreamInfo{
+			Name: p.Streams[i].Name, Target: t.Addr, Intended: t.Intended, Sent: t.Sent, NotSent: t.NotSent,
+			LatencyP99Ms: round4(t.Latency.P99Ms), SendLatenessP99Ms: round4(t.SendLateness.P99Ms),
+		})
+		if t.NotSent > 0 {
+			rep.Live.NotModelled = append(rep.Live.NotModelled, fmt.Sprintf(
+				"spec.workload[%d]: %d of %d arrivals were not sent (the generator fell behind); they are in no figure of the results", i, t.NotSent, t.Intended))
+		}
+	}
+	tries, err := scrapeTries(r.allocators[p.Entry].http)
+	if err != nil && len(p.Scenario.Spec.Policies) > 0 {
+		rep.Live.NotModelled = append(rep.Live.NotModelled, "clusters.*.tries, unAllocated, unavailable: the entry's forwarding metrics could not be read ("+err.Error()+")")
+	}
+	rep.Results = results(p, rec, tries, &rep.Live)
+	if err := rep.check(); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+func progressLine(p *Plan, rec *recorder, wall time.Duration) string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var parts []string
+	for i, n := range rec.names {
+		parts = append(parts, fmt.Sprintf("%s %d", n, rec.perCluster[i].allocated))
+	}
+	failed := rec.requests - rec.allocated
+	return fmt.Sprintf("live %s: %5.1f%% (%v of %v scenario time), %d requests, %d failed; allocated: %s",
+		p.Scenario.Metadata.Name, 100*wall.Seconds()/p.Duration.Seconds(),
+		time.Duration(float64(wall)*p.Scale).Round(time.Second), p.Scenario.Spec.Duration.D(),
+		rec.requests, failed, strings.Join(parts, ", "))
+}
+
+// caller is loadgen's Caller for one stream: it allocates through the
+// entry's (or the stream's cluster's) link, records which cluster served
+// each request from the answer's source, and releases a session on that
+// cluster.
+type caller struct {
+	rec     *recorder
+	alloc   []allocation.AllocationServiceClient
+	next    uint64
+	mu      sync.Mutex
+	req     *allocation.AllocationRequest
+	direct  string
+	sources map[string]string
+	admins  map[string]qmv1.AllocationAdminClient
+	held    sync.Map // *loadgen.Session -> cluster
+}
+
+func (c *caller) Call(ctx context.Context) (codes.Code, *loadgen.Session) {
+	c.mu.Lock()
+	cl := c.alloc[c.next%uint64(len(c.alloc))]
+	c.next++
+	c.mu.Unlock()
+	sent := time.Now()
+	resp, err := cl.Allocate(ctx, c.req)
+	lat := time.Since(sent)
+	code := status.Code(err)
+	cluster := ""
+	if err == nil {
+		var ok bool
+		if cluster, ok = c.sources[resp.GetSource()]; !ok {
+			cluster = ""
+		}
+		if c.direct != "" {
+			cluster = c.direct
+		}
+	}
+	c.rec.add(sent, lat, code, cluster, c.direct)
+	if err != nil || cluster == "" {
+		return code, nil
+	}
+	ns := c.req.GetNamespace()
+	if ns == "" {
+		ns = "default"
+	}
+	s := &loadgen.Session{Namespace: ns, Name: resp.GetGameServerName()}
+	c.held.Store(s, cluster)
+	return codes.OK, s
+}
+
+func (c *caller) Release(ctx context.Context, s *loadgen.Session) error {
+	v, ok := c.held.LoadAndDelete(s)
+	if !ok {
+		return status.Error(codes.NotFound, "not a session of this run")
+	}
+	cluster := v.(string)
+	_, err := c.admins[cluster].Release(ctx, &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name})
+	c.rec.released(cluster, err == nil)
+	return err
+}
+
+func (c *caller) Close() error { return nil }
+
+// triesOf is one cluster's forwarded tries by outcome, from the entry's
+// qm_forward_tries_total.
+type triesOf map[string]map[string]uint64
+
+// scrapeTries reads the entry allocator's forwarding counters.
+func scrapeTries(httpAddr string) (triesOf, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	return parseTries(resp.Body)
+}
+
+// parseTries reads qm_forward_tries_total{cluster="...",outcome="..."} N
+// lines of the Prometheus text format.
+func parseTries(r io.Reader) (triesOf, error) {
+	out := triesOf{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	const name = "qm_forward_tries_total{"
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		end := strings.LastIndexByte(line, '}')
+		if end < 0 {
+			return nil, fmt.Errorf("metrics: malformed line %q", line)
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(line[len(name):end], ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				continue
+			}
+			if uq, err := strconv.Unquote(v); err == nil {
+				v = uq
+			}
+			labels[k] = v
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: value of %q: %v", line, err)
+		}
+		cl := labels["cluster"]
+		if out[cl] == nil {
+			out[cl] = map[string]uint64{}
+		}
+		out[cl][labels["outcome"]] += uint64(math.Round(f))
+	}
+	return out, sc.Err()
+}
+
+// results builds the simulator's results from what was recorded.
+func results(p *Plan, rec *recorder, tries triesOf, info *Info) *sim.Results {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	finished := float64(rec.requests)
+	res := &sim.Results{
+		Scenario: p.Scenario.Metadata.Name, Seed: *p.Scenario.Spec.Seed, Duration: p.Scenario.Spec.Duration.D().String(),
+		Events:    rec.requests,
+		Clusters:  map[string]sim.ClusterResult{},
+		Providers: map[string]sim.ProviderResult{},
+	}
+	t := &res.Totals
+	t.Requests, t.Allocated, t.UnAllocated = rec.requests, rec.allocated, rec.unAllocated
+	t.Contention, t.Unavailable, t.DeadlineExceeded = rec.contention, rec.unavailable, rec.deadline
+	t.Latency, t.LatencyBuckets = rec.lat.summary(), rec.lat.bucketList()
+	if finished > 0 {
+		t.SuccessRate = float64(rec.allocated) / finished
+		t.UnAllocatedRate = float64(rec.unAllocated) / finished
+	}
+	t.PackingEfficiency = 1 // not measured; see notModelled
+	if len(rec.other) > 0 {
+		info.OtherAnswers = rec.other
+	}
+	info.Released = map[string]uint64{}
+	for i, c := range p.Clusters {
+		pc := rec.perCluster[i]
+		cr := sim.ClusterResult{Provider: c.Provider, Region: c.Region, Latency: pc.lat.summary(), PackingEfficiency: 1}
+		cr.Allocated = pc.allocated
+		cr.Tries, cr.UnAllocated, cr.Unavailable = pc.direct.tries, pc.direct.unAllocated, pc.direct.unavailable
+		if m := tries[c.Name]; m != nil {
+			for outcome, n := range m {
+				cr.Tries += n
+				switch outcome {
+				case "unallocated":
+					cr.UnAllocated += n
+				case "unavailable", "breaker_open", "deadline":
+					cr.Unavailable += n
+				case "refused", "misconfigured":
+					if info.Refused == nil {
+						info.Refused = map[string]uint64{}
+					}
+					info.Refused[c.Name] += n
+				}
+			}
+		}
+		if rec.allocated > 0 {
+			cr.Share = round4(float64(pc.allocated) / float64(rec.allocated))
+		}
+		cr.SuccessRate = float64(cr.Allocated) / max(1, float64(cr.Allocated+cr.UnAllocated+cr.Contention))
+		for _, f := range c.Fleets.Fleets {
+			cr.Servers += f.Replicas
+		}
+		res.Clusters[c.Name] = cr
+		pr := res.Providers[c.Provider]
+		pr.Allocated += pc.allocated
+		res.Providers[c.Provider] = pr
+		info.Released[c.Name] = pc.released
+		if pc.relFailure > 0 {
+			if info.ReleaseErrors == nil {
+				info.ReleaseErrors = map[string]uint64{}
+			}
+			info.ReleaseErrors[c.Name] = pc.relFailure
+		}
+	}
+	for k, pr := range res.Providers {
+		if rec.allocated > 0 {
+			pr.Share = round4(float64(pr.Allocated) / float64(rec.allocated))
+		}
+		res.Providers[k] = pr
+	}
+	if len(rec.phases) > 0 {
+		res.Phases = map[string]sim.PhaseResult{}
+		for i, ph := range rec.phases {
+			pc := rec.phaseCounts[i]
+			pr := sim.PhaseResult{Requests: pc.requests, Allocated: pc.allocated, Clusters: map[string]sim.PhaseCluster{}}
+			for ci, n := range pc.perCluster {
+				share := 0.0
+				if pc.allocated > 0 {
+					share = round4(float64(n) / float64(pc.allocated))
+				}
+				pr.Clusters[rec.names[ci]] = sim.PhaseCluster{Allocated: n, Share: share}
+			}
+			res.Phases[ph.name] = pr
+		}
+	}
+	res.Series = series(p, rec)
+	info.NotModelled = append(info.NotModelled,
+		"results.series: per cluster, allocations and allocated (sessions held) are measured; ready, nodesInUse, nodesWithAllocated, packingEfficiency, unAllocated and retries are not, and are written as 0",
+		"results.totals/clusters: packingEfficiency (written as 1), nodeHours and cost (0) are not measured live; retries are 0 (one memory-backend allocator per cluster never conflicts)")
+	sort.Strings(info.NotModelled)
+	return res
+}
+
+// series writes the per-sample figures in the simulator's series format.
+// The simulator's per-cluster series type is its own, so they are built
+// as JSON and decoded into it.
+func series(p *Plan, rec *recorder) sim.Series {
+	n := len(rec.heldAtSample)
+	type col struct {
+		Allocated          []int     `json:"allocated"`
+		Ready              []int     `json:"ready"`
+		NodesInUse         []int     `json:"nodesInUse"`
+		NodesWithAllocated []int     `json:"nodesWithAllocated"`
+		PackingEfficiency  []float64 `json:"packingEfficiency"`
+		Allocations        []uint64  `json:"allocations"`
+		UnAllocated        []uint64  `json:"unAllocated"`
+		Retries            []uint64  `json:"retries"`
+	}
+	out := struct {
+		IntervalSeconds float64         `json:"intervalSeconds"`
+		T               []float64       `json:"t"`
+		Clusters        map[string]*col `json:"clusters"`
+	}{IntervalSeconds: round4(p.SampleInterval.Seconds() * p.Scale), Clusters: map[string]*col{}}
+	for k := range n {
+		out.T = append(out.T, round4(float64(k+1)*p.SampleInterval.Seconds()*p.Scale))
+	}
+	for ci, name := range rec.names {
+		c := &col{
+			Allocated: make([]int, n), Ready: make([]int, n), NodesInUse: make([]int, n), NodesWithAllocated: make([]int, n),
+			PackingEfficiency: make([]float64, n), Allocations: make([]uint64, n), UnAllocated: make([]uint64, n), Retries: make([]uint64, n),
+		}
+		for k := range n {
+			c.Allocated[k] = max(rec.heldAtSample[k][ci], 0)
+			if k < len(rec.allocations) {
+				c.Allocations[k] = rec.allocations[k][ci]
+			}
+		}
+		out.Clusters[name] = c
+	}
+	var s sim.Series
+	b, err := json.Marshal(out)
+	if err == nil {
+		err = json.Unmarshal(b, &s)
+	}
+	if err != nil {
+		// Both sides are this package's and sim's own types; a mismatch is
+		// a bug to see at once in any run, not data to lose quietly.
+		panic("live: series do not fit the simulator's format: " + err.Error())
+	}
+	return s
+}
+
+// check evaluates the scenario's expectations on the results, by the
+// same paths the simulator's are.
+func (rep *Report) check() error {
+	b, err := json.Marshal(rep.Results)
+	if err != nil {
+		return err
+	}
+	var tree any
+	if err := json.Unmarshal(b, &tree); err != nil {
+		return err
+	}
+	for i, e := range rep.plan.Scenario.Spec.Expectations {
+		v, err := lookup(tree, e.Metric)
+		if err != nil {
+			return fmt.Errorf("spec.expectations[%d].metric: %v", i, err)
+		}
+		ok := (e.Min == nil || v >= *e.Min) && (e.Max == nil || v <= *e.Max)
+		rep.Expectations = append(rep.Expectations, scenarios.Check{
+			Metric: e.Metric, Description: e.Description, Min: e.Min, Max: e.Max, Value: v, Pass: ok,
+		})
+		rep.Passed = rep.Passed && ok
+	}
+	return nil
+}
+
+// lookup resolves a dotted path (clusters.on-prem.share) in a decoded
+// JSON tree to a number.
+func lookup(tree any, path string) (float64, error) {
+	cur := tree
+	parts := strings.Split(path, ".")
+	for i, part := range parts {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return 0, fmt.Errorf("%q: %s is not an object", path, strings.Join(parts[:i], "."))
+		}
+		if cur, ok = m[part]; !ok {
+			keys := make([]string, 0, len(m))
+			for k := range m {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			return 0, fmt.Errorf("%q: no %q here; there is %s", path, part, strings.Join(keys, ", "))
+		}
+	}
+	switch x := cur.(type) {
+	case float64:
+		return x, nil
+	case bool:
+		if x {
+			return 1, nil
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%q is not a number", path)
+}
+
+// SimReport is the report as the simulator's type, for code that prints
+// or compares scenario reports.
+func (rep *Report) SimReport() *scenarios.Report {
+	return &scenarios.Report{APIVersion: rep.APIVersion, Kind: rep.Kind, Scenario: rep.Scenario,
+		Description: rep.Description, Passed: rep.Passed, Expectations: rep.Expectations, Results: rep.Results}
+}
+
+var _ loadgen.Caller = (*caller)(nil)
