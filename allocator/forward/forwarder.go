@@ -90,6 +90,7 @@ type Forwarder struct {
 	log         *slog.Logger
 	m           *metrics
 	clients     *clients
+	windows     *windows // the policies in force now (window.go)
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -148,6 +149,11 @@ func New(o Options) (*Forwarder, error) {
 		}
 	}
 	f.clients = newClients(f.tryTimeout, o.DialOptions)
+	w, err := newWindows(f.src, f.clock, f.log, o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	f.windows = w
 	return f, nil
 }
 
@@ -155,7 +161,7 @@ func New(o Options) (*Forwarder, error) {
 func (f *Forwarder) Self() string { return f.self }
 
 // Close closes the cached connections; calls under way finish first.
-func (f *Forwarder) Close() { f.clients.close() }
+func (f *Forwarder) Close() { f.windows.close(); f.clients.close() }
 
 // ClusterOf returns the cluster name of the policy whose endpoint (a
 // response's source) allocated a forwarded request, empty for an
@@ -283,12 +289,10 @@ func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationReque
 		ns = core.DefaultNamespace
 	}
 	selector := in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()
-	all := f.src.Policies(ns)
-	selected := core.SelectPolicies(all, selector)
-	if len(selected) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument,
-			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector %s (%d policies in that namespace)",
-			ns, formatSelector(selector), len(all))
+	// The policies in force now, one snapshot per request (window.go).
+	selected, err := f.policiesInForce(ns, selector)
+	if err != nil {
+		return nil, err
 	}
 	order := core.OrderClusters(selected, seed)
 	hops := strings.Join(append(hopsOf(ctx), f.self), ",")

@@ -104,12 +104,14 @@ func SecretVersion(data map[string][]byte) string {
 type Set struct {
 	policies map[string][]core.Policy // by namespace, in file order
 	secrets  map[string]Secret        // by namespace/name
+	table    *PolicyTable             // policies, for Lister
 }
 
 // NewSet builds a Set from policies (by namespace) and Secrets, for
 // callers that hold the objects already.
 func NewSet(policies map[string][]core.Policy, secrets []Secret) *Set {
 	s := &Set{policies: map[string][]core.Policy{}, secrets: map[string]Secret{}}
+	s.table = NewPolicyTable(s.policies)
 	for ns, ps := range policies {
 		s.policies[ns] = append([]core.Policy(nil), ps...)
 	}
@@ -128,6 +130,14 @@ func (s *Set) Policies(namespace string) []core.Policy {
 		return nil
 	}
 	return s.policies[namespace]
+}
+
+// PolicyTable implements Lister.
+func (s *Set) PolicyTable() *PolicyTable {
+	if s == nil || s.table == nil {
+		return emptyTable
+	}
+	return s.table
 }
 
 // Secret implements Source.
@@ -162,6 +172,9 @@ func (s *Store) Replace(set *Set) { s.cur.Store(set) }
 
 // Policies implements Source.
 func (s *Store) Policies(namespace string) []core.Policy { return s.cur.Load().Policies(namespace) }
+
+// PolicyTable implements Lister: the table of the Set in force.
+func (s *Store) PolicyTable() *PolicyTable { return s.cur.Load().PolicyTable() }
 
 // Secret implements Source.
 func (s *Store) Secret(namespace, name string) (Secret, bool) {
@@ -292,6 +305,7 @@ func ParsePolicies(name string, data []byte) (*Set, error) {
 
 func parseFiles(files []namedFile) (*Set, error) {
 	s := &Set{policies: map[string][]core.Policy{}, secrets: map[string]Secret{}}
+	s.table = NewPolicyTable(s.policies)
 	seenPolicy := map[string]string{} // namespace/name → where
 	var errs []string
 	for _, f := range files {
@@ -398,8 +412,11 @@ func (s *Set) add(obj json.RawMessage, where string, seen map[string]string) err
 			ns = core.DefaultNamespace
 		}
 		what := fmt.Sprintf("%s (%s %s/%s)", where, PolicyKind, ns, po.Metadata.Name)
-		p := policyOf(po)
+		p, err := policyOf(po)
 		var errs []string
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
 		if err := checkName(po.Metadata.Name); err != "" {
 			errs = append(errs, "metadata.name: "+err)
 		}
@@ -544,7 +561,9 @@ func CheckPolicy(p core.Policy) error {
 // checked the object against the CRD's schema, and a newer Agones may add
 // fields this allocator does not use. It does not validate the policy
 // (CheckPolicy does), so that a policy with a bad endpoint still takes its
-// place in the order and fails there with its own error.
+// place in the order and fails there with its own error. A malformed
+// window annotation is an error, though: no one can tell when such a
+// policy was meant to be in force, so it must not be used at all.
 func PolicyFromJSON(data []byte) (namespace string, p core.Policy, err error) {
 	var po policyObject
 	if err := json.Unmarshal(data, &po); err != nil {
@@ -557,10 +576,13 @@ func PolicyFromJSON(data []byte) (namespace string, p core.Policy, err error) {
 	if ns == "" {
 		ns = core.DefaultNamespace
 	}
-	return ns, policyOf(po), nil
+	p, werr := policyOf(po)
+	return ns, p, werr
 }
 
-func policyOf(po policyObject) core.Policy {
+// policyOf converts a decoded object; the error is its window's.
+func policyOf(po policyObject) (core.Policy, error) {
+	w, err := WindowFromAnnotations(po.Metadata.Annotations)
 	return core.Policy{
 		Name:     po.Metadata.Name,
 		Priority: po.Spec.Priority,
@@ -573,7 +595,8 @@ func policyOf(po policyObject) core.Policy {
 			Namespace:   po.Spec.ConnectionInfo.Namespace,
 			ServerCA:    po.Spec.ConnectionInfo.ServerCA,
 		},
-	}
+		Window: w,
+	}, err
 }
 
 // Endpoint returns an allocation endpoint as host:port, with Agones'

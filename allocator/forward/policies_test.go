@@ -81,6 +81,8 @@ func TestInvalidPolicies(t *testing.T) {
 		"invalid-duplicate.yaml":         {"document 2", "default/twice", "already defined"},
 		"invalid-no-cluster-name.yaml":   {"default/anon", "clusterName"},
 		"invalid-yaml.yaml":              {"invalid-yaml.yaml", "YAML"},
+		"invalid-window.yaml": {"default/late", `metadata.annotations["quartermaster.dev/window-during"]`, "DAYS HH:MM-HH:MM ZONE",
+			`metadata.annotations["quartermaster.dev/window-untill"]: unknown window annotation`},
 	}
 	files, _ := filepath.Glob("testdata/invalid-*.yaml")
 	if len(files) != len(want) {

@@ -65,9 +65,10 @@ type Source struct {
 	client     kubernetes.Interface
 	policies   cache.SharedIndexInformer
 
-	// byNS is the policies in force, by namespace, sorted by name;
-	// rebuilt from the informer's store on each event.
-	byNS      atomic.Pointer[map[string][]core.Policy]
+	// table is the policies, by namespace, sorted by name; rebuilt from
+	// the informer's store on each event. The forwarder decides which of
+	// them are in force (their windows) from it.
+	table     atomic.Pointer[forward.PolicyTable]
 	policyErr atomic.Pointer[string] // the last error listing policies
 
 	mu      sync.Mutex
@@ -106,8 +107,7 @@ func New(o Options) (*Source, error) {
 	if s.secretWait <= 0 {
 		s.secretWait = DefaultSecretWait
 	}
-	empty := map[string][]core.Policy{}
-	s.byNS.Store(&empty)
+	s.table.Store(forward.NewPolicyTable(nil))
 	// No resync: every change arrives as an event, and a periodic resync
 	// would only rebuild the same table.
 	s.policies = dynamicinformer.NewFilteredDynamicInformer(dyn, PoliciesResource, o.Namespace, 0, cache.Indexers{}, nil).Informer()
@@ -177,22 +177,27 @@ func (s *Source) Ready() error {
 
 // Policies implements forward.Source.
 func (s *Source) Policies(namespace string) []core.Policy {
-	return (*s.byNS.Load())[namespace]
+	return s.table.Load().Policies(namespace)
 }
+
+// PolicyTable implements forward.Lister.
+func (s *Source) PolicyTable() *forward.PolicyTable { return s.table.Load() }
 
 // changed rebuilds the policy table after an event and starts or stops
 // Secret watches to match. Events of one informer arrive one at a time.
 func (s *Source) changed(obj any, what string) {
 	if u, ok := obj.(*unstructured.Unstructured); ok && what != "deleted" {
-		// Say what is wrong with a policy once, when it changes; requests
-		// that reach it fail with the same words.
+		// Say what is wrong with a policy once, when it changes: one that
+		// cannot be read (a malformed window) is skipped, one with a bad
+		// connection is kept and requests that reach it fail with the
+		// same words.
 		if b, err := json.Marshal(u.Object); err == nil {
 			ns, p, err := forward.PolicyFromJSON(b)
-			if err == nil {
-				err = forward.CheckPolicy(p)
-			}
-			if err != nil {
-				s.log.Warn("multi-cluster policy is not usable; requests that reach it will say so", "policy", ns+"/"+u.GetName(), "err", err)
+			switch {
+			case err != nil:
+				s.log.Error("multi-cluster policy skipped: it is not used until it is fixed", "policy", u.GetNamespace()+"/"+u.GetName(), "err", err)
+			case forward.CheckPolicy(p) != nil:
+				s.log.Warn("multi-cluster policy is not usable; requests that reach it will say so", "policy", ns+"/"+u.GetName(), "err", forward.CheckPolicy(p))
 			}
 		}
 	}
@@ -209,8 +214,7 @@ func (s *Source) changed(obj any, what string) {
 		}
 		ns, p, err := forward.PolicyFromJSON(b)
 		if err != nil {
-			s.log.Warn("multi-cluster policy skipped", "policy", u.GetNamespace()+"/"+u.GetName(), "err", err)
-			continue
+			continue // logged at its own event, above
 		}
 		byNS[ns] = append(byNS[ns], p)
 		if !p.Connection.IsLocal() && p.Connection.SecretName != "" {
@@ -222,7 +226,7 @@ func (s *Source) changed(obj any, what string) {
 	for _, ps := range byNS {
 		sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
 	}
-	s.byNS.Store(&byNS)
+	s.table.Store(forward.NewPolicyTable(byNS))
 	s.reconcileSecrets(wanted)
 	n := 0
 	for _, ps := range byNS {

@@ -199,8 +199,37 @@ func TestSourceOnAPIServer(t *testing.T) {
 		return strings.Contains(logs.String(), "games/broken") && strings.Contains(logs.String(), "not host[:port]")
 	})
 
+	// Window annotations: a well-formed one comes with the policy; a
+	// malformed one skips the policy, and the log names it and the
+	// annotation.
+	evening := policy("games", "evening", "f", 5, 100, nil, "", nil)
+	evening.SetAnnotations(map[string]string{forward.WindowDuringAnnotation: "weekdays 18:00-23:00 Europe/Paris", "other/annotation": "x"})
+	create(evening)
+	typo := policy("games", "typo", "g", 5, 100, nil, "", nil)
+	typo.SetAnnotations(map[string]string{forward.WindowUntilAnnotation: "tomorrow"})
+	create(typo)
+	eventually(t, "the windowed policy and the skipped one", func() bool {
+		return len(src.Policies("games")) == 5 && strings.Contains(logs.String(), "games/typo")
+	})
+	for _, p := range src.Policies("games") {
+		switch p.Name {
+		case "typo":
+			t.Fatal("a policy with a malformed window is in the table")
+		case "evening":
+			if got := p.Window.String(); got != "during weekdays 18:00-23:00 Europe/Paris" {
+				t.Fatalf("window read as %q", got)
+			}
+		}
+	}
+	if l := logs.String(); !strings.Contains(l, "policy skipped") || !strings.Contains(l, forward.WindowUntilAnnotation) || !strings.Contains(l, "RFC 3339") {
+		t.Fatalf("the log does not say which policy was skipped and why:\n%s", l)
+	}
+	if tab := src.PolicyTable(); len(tab.Policies("games")) != 5 || len(tab.Namespaces()) != 1 {
+		t.Fatalf("table: %v %+v", tab.Namespaces(), tab.Policies("games"))
+	}
+
 	// Deleting the policies that name a Secret stops its watch.
-	for _, n := range []string{"there", "far", "broken"} {
+	for _, n := range []string{"there", "far", "broken", "evening", "typo"} {
 		if err := pols.Namespace("games").Delete(ctx, n, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
