@@ -214,9 +214,16 @@ func (a *Agent) Sync(ctx context.Context) error {
 			owned[uid] = append(owned[uid], gs)
 		}
 	}
+	var errs []error
+	standalone, err := a.listStandalone(ctx, load) // standalone.go
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, gs := range standalone {
+		seen[gs.GetUID()] = true
+	}
 	a.forgetUnseen(seen)
 
-	var errs []error
 	live := map[types.UID]bool{}
 	for i := range fleets.Items {
 		f := &fleets.Items[i]
@@ -234,6 +241,7 @@ func (a *Agent) Sync(ctx context.Context) error {
 		}
 	}
 	a.each(ctx, orphans, func(gs *unstructured.Unstructured) { a.retire(ctx, gs) })
+	a.syncStandalone(ctx, standalone, load)
 	return errors.Join(errs...)
 }
 

@@ -124,6 +124,7 @@ func decodeGameServer(raw []byte) (*gameServer, error) {
 			return g, nil
 		}
 		fillStatus(gs, &st)
+		holdWhileCreating(gs) // create.go
 	}
 	g.gs = gs
 	return g, nil
