@@ -104,7 +104,9 @@ func (r *createRig) listed(t *testing.T, ctx context.Context, identity string) [
 	if err != nil {
 		t.Fatalf("qm list as %s: %v\n%s", identity, err, out)
 	}
-	var l struct{ Allocations []struct{ GameServerName, Template string } }
+	var l struct {
+		Allocations []struct{ GameServerName, Template string }
+	}
 	if err := json.Unmarshal([]byte(out), &l); err != nil {
 		t.Fatalf("qm list output: %v\n%s", err, out)
 	}
