@@ -6,12 +6,23 @@ import (
 	"time"
 )
 
-// Clock is the forwarder's time: the breaker's open periods and the waits
-// between retries. Tests pass a fake one.
+// Clock is the forwarder's time: the breaker's open periods, the waits
+// between retries and the background probes' schedule. Tests pass a fake
+// one.
 type Clock interface {
 	Now() time.Time
 	// Sleep waits d, or until ctx ends (then it returns ctx's error).
 	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// AfterClock is a Clock that can also wake a waiter once d has passed on
+// it, as RealClock does. The background prober waits for a probe's due
+// time with it; with a Clock that lacks it, the prober reads Now every
+// few milliseconds of wall time instead, which is what a fake clock moved
+// by a test needs.
+type AfterClock interface {
+	Clock
+	After(d time.Duration) <-chan time.Time
 }
 
 // RealClock is the wall clock.
@@ -19,6 +30,9 @@ type RealClock struct{}
 
 // Now implements Clock.
 func (RealClock) Now() time.Time { return time.Now() }
+
+// After implements AfterClock.
+func (RealClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Sleep implements Clock.
 func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
@@ -39,10 +53,11 @@ type BreakerState int
 const (
 	// Closed: tries go through; consecutive transport failures are counted.
 	Closed BreakerState = 0
-	// Open: the endpoint is skipped until its open period ends.
+	// Open: the endpoint is skipped; when the open period ends a
+	// background probe checks it.
 	Open BreakerState = 1
-	// HalfOpen: the open period ended; one try (the probe) goes through
-	// and decides between Closed and Open.
+	// HalfOpen: the background probe is out; requests still skip the
+	// endpoint, and the probe's answer decides between Closed and Open.
 	HalfOpen BreakerState = 2
 )
 
@@ -63,9 +78,9 @@ type BreakerOptions struct {
 	// Failures is how many consecutive transport failures open the
 	// breaker (default 3).
 	Failures int
-	// OpenFor is how long a newly opened breaker skips its endpoint before
-	// a probe (default 1 s); each failed probe doubles it, up to MaxOpenFor
-	// (default 30 s).
+	// OpenFor is how long a newly opened breaker waits before its first
+	// background probe (default 1 s); each failed probe doubles it, up to
+	// MaxOpenFor (default 30 s).
 	OpenFor, MaxOpenFor time.Duration
 }
 
@@ -84,7 +99,9 @@ func (o BreakerOptions) withDefaults() BreakerOptions {
 
 // breaker is one endpoint's three-state machine. Only transport failures
 // count against it: an allocator that answers, even "no game server",
-// is up.
+// is up. Requests go through only while it is closed; once open, the
+// forwarder's background prober (not a caller's request) finds out when
+// the endpoint is back.
 type breaker struct {
 	opts     BreakerOptions
 	onChange func(from, to BreakerState)
@@ -94,53 +111,69 @@ type breaker struct {
 	fails   int
 	openFor time.Duration
 	until   time.Time
-	probing bool
+	// creds are those of the last failed try: what the probe presents.
+	creds probeCreds
+}
+
+// probeCreds are the credentials a probe of the endpoint presents: those
+// of the policy and Secret whose request failed there.
+type probeCreds struct {
+	sec      Secret
+	serverCA []byte
 }
 
 func newBreaker(o BreakerOptions, onChange func(from, to BreakerState)) *breaker {
 	return &breaker{opts: o, onChange: onChange, openFor: o.OpenFor}
 }
 
-// allow reports whether a try may go to the endpoint at now, and whether
-// that try is the half-open probe (its outcome must be reported, or the
-// probe given back with abandon).
-func (b *breaker) allow(now time.Time) (ok, probe bool) {
+// allow reports whether a request may try the endpoint: only while the
+// breaker is closed.
+func (b *breaker) allow() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	switch b.state {
-	case Closed:
-		return true, false
-	case Open:
-		if now.Before(b.until) {
-			return false, false
-		}
-		b.set(HalfOpen)
-		fallthrough
-	default: // HalfOpen
-		if b.probing {
-			return false, false
-		}
-		b.probing = true
-		return true, true
-	}
+	return b.state == Closed
 }
 
-// success records a try that reached the allocator.
+// next returns when the open breaker's next probe is due, and false once
+// it is closed (the prober's work is done).
+func (b *breaker) next() (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.until, b.state != Closed
+}
+
+// beginProbe moves an open breaker whose period ended by now to half-open
+// and returns the credentials to probe with; false when it is not due (or
+// no longer open).
+func (b *breaker) beginProbe(now time.Time) (probeCreds, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state != Open || now.Before(b.until) {
+		return probeCreds{}, false
+	}
+	b.set(HalfOpen)
+	return b.creds, true
+}
+
+// success records a try or probe that reached the allocator.
 func (b *breaker) success() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.fails = 0
-	b.probing = false
 	b.openFor = b.opts.OpenFor
 	if b.state != Closed {
 		b.set(Closed)
 	}
 }
 
-// failure records a transport failure at now.
-func (b *breaker) failure(now time.Time) {
+// failure records a transport failure at now of a try that presented c
+// (a probe passes the zero value: the credentials stay).
+func (b *breaker) failure(now time.Time, c probeCreds) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if c.sec.Name != "" {
+		b.creds = c
+	}
 	switch b.state {
 	case Closed:
 		b.fails++
@@ -151,24 +184,12 @@ func (b *breaker) failure(now time.Time) {
 		}
 	case HalfOpen:
 		// The probe failed: wait longer before the next one.
-		b.probing = false
 		b.openFor = min(2*b.openFor, b.opts.MaxOpenFor)
 		b.until = now.Add(b.openFor)
 		b.set(Open)
 	case Open:
 		// A try that started before the breaker opened.
 	}
-}
-
-// abandon gives back a probe whose try ended for the caller's own reasons
-// (its deadline), which says nothing about the endpoint.
-func (b *breaker) abandon(probe bool) {
-	if !probe {
-		return
-	}
-	b.mu.Lock()
-	b.probing = false
-	b.mu.Unlock()
 }
 
 func (b *breaker) current() BreakerState {

@@ -45,65 +45,69 @@ func TestBreaker(t *testing.T) {
 	var changes []string
 	b := newBreaker(BreakerOptions{Failures: 3, OpenFor: time.Second, MaxOpenFor: 3 * time.Second}.withDefaults(),
 		func(from, to BreakerState) { changes = append(changes, from.String()+">"+to.String()) })
-	allow := func() (bool, bool) { return b.allow(clk.Now()) }
+	creds := probeCreds{sec: Secret{Namespace: "default", Name: "s1"}}
+	fail := func() { b.failure(clk.Now(), creds) }
+	probeDue := func() bool { _, ok := b.beginProbe(clk.Now()); return ok }
 
 	// Two failures then a success: the count starts again.
-	b.failure(clk.Now())
-	b.failure(clk.Now())
+	fail()
+	fail()
 	b.success()
-	b.failure(clk.Now())
-	b.failure(clk.Now())
-	if ok, _ := allow(); !ok || b.current() != Closed {
+	fail()
+	fail()
+	if !b.allow() || b.current() != Closed {
 		t.Fatalf("opened before 3 consecutive failures: %v", b.current())
 	}
-	b.failure(clk.Now())
-	if ok, _ := allow(); ok || b.current() != Open {
-		t.Fatalf("3 consecutive failures: state %v, allowed %v", b.current(), ok)
+	if _, open := b.next(); open {
+		t.Fatal("next reports a closed breaker open")
+	}
+	fail()
+	if b.allow() || b.current() != Open {
+		t.Fatalf("3 consecutive failures: state %v, allowed", b.current())
+	}
+	if until, open := b.next(); !open || !until.Equal(clk.Now().Add(time.Second)) {
+		t.Fatalf("next probe at %v (open %v), want in 1s", until, open)
 	}
 	clk.Advance(999 * time.Millisecond)
-	if ok, _ := allow(); ok {
-		t.Fatal("allowed before the open period ended")
+	if probeDue() {
+		t.Fatal("a probe was due before the open period ended")
 	}
 	clk.Advance(time.Millisecond)
-	ok, probe := allow()
-	if !ok || !probe || b.current() != HalfOpen {
-		t.Fatalf("after the open period: ok %v probe %v state %v", ok, probe, b.current())
+	got, ok := b.beginProbe(clk.Now())
+	if !ok || b.current() != HalfOpen || got.sec.Name != "s1" {
+		t.Fatalf("after the open period: due %v, state %v, creds %q", ok, b.current(), got.sec.Name)
 	}
-	if ok, _ := allow(); ok {
-		t.Fatal("a second try went through while the probe is out")
+	// Requests still skip it while the probe is out, and no second probe
+	// starts.
+	if b.allow() || probeDue() {
+		t.Fatal("half-open let a request or a second probe through")
 	}
-	// A failed probe reopens for twice as long.
-	b.failure(clk.Now())
+	// A failed probe (no credentials of its own) reopens for twice as
+	// long and keeps the credentials.
+	b.failure(clk.Now(), probeCreds{})
 	clk.Advance(1999 * time.Millisecond)
-	if ok, _ := allow(); ok {
+	if probeDue() {
 		t.Fatal("the open period did not double after a failed probe")
 	}
 	clk.Advance(time.Millisecond)
-	if ok, probe := allow(); !ok || !probe {
-		t.Fatal("no probe after the doubled period")
+	if got, ok := b.beginProbe(clk.Now()); !ok || got.sec.Name != "s1" {
+		t.Fatalf("no probe after the doubled period (due %v, creds %q)", ok, got.sec.Name)
 	}
-	b.failure(clk.Now())
+	b.failure(clk.Now(), probeCreds{})
 	clk.Advance(3 * time.Second) // capped at MaxOpenFor
-	ok, probe = allow()
-	if !ok || !probe {
+	if !probeDue() {
 		t.Fatal("the open period grew past MaxOpenFor")
 	}
-	// An abandoned probe (the caller's deadline) leaves it half-open for
-	// the next caller to probe.
-	b.abandon(probe)
-	if ok, probe := allow(); !ok || !probe || b.current() != HalfOpen {
-		t.Fatalf("after an abandoned probe: ok %v probe %v state %v", ok, probe, b.current())
-	}
 	b.success()
-	if ok, probe := allow(); !ok || probe || b.current() != Closed {
+	if !b.allow() || b.current() != Closed {
 		t.Fatalf("a successful probe did not close it: %v", b.current())
 	}
 	// Closed again, with the first open period back to OpenFor.
 	for range 3 {
-		b.failure(clk.Now())
+		fail()
 	}
 	clk.Advance(time.Second)
-	if ok, _ := allow(); !ok {
+	if !probeDue() {
 		t.Error("the open period did not reset after closing")
 	}
 	want := []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>open",

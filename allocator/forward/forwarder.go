@@ -90,10 +90,15 @@ type Forwarder struct {
 	log         *slog.Logger
 	m           *metrics
 	clients     *clients
-	windows     *windows // the policies in force now (window.go)
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
+
+	// Background probes of open breakers stop when probeCtx ends (Close).
+	probeCtx   context.Context
+	stopProbes context.CancelFunc
+	probers    sync.WaitGroup
+	closeOnce  sync.Once
 
 	// clusterOf maps an endpoint that allocated to its policy's cluster
 	// name (string → string), for the service's source label. Endpoints
@@ -149,19 +154,22 @@ func New(o Options) (*Forwarder, error) {
 		}
 	}
 	f.clients = newClients(f.tryTimeout, o.DialOptions)
-	w, err := newWindows(f.src, f.clock, f.log, o.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	f.windows = w
+	f.probeCtx, f.stopProbes = context.WithCancel(context.Background())
 	return f, nil
 }
 
 // Self returns the forwarder's hop name.
 func (f *Forwarder) Self() string { return f.self }
 
-// Close closes the cached connections; calls under way finish first.
-func (f *Forwarder) Close() { f.windows.close(); f.clients.close() }
+// Close stops the background probes and closes the cached connections;
+// calls under way finish first.
+func (f *Forwarder) Close() {
+	f.closeOnce.Do(func() {
+		f.stopProbes()
+		f.probers.Wait()
+		f.clients.close()
+	})
+}
 
 // ClusterOf returns the cluster name of the policy whose endpoint (a
 // response's source) allocated a forwarded request, empty for an
@@ -198,6 +206,9 @@ func (f *Forwarder) breaker(endpoint string) *breaker {
 			}
 			f.log.Log(context.Background(), lvl, "forwarding breaker changed state",
 				"endpoint", endpoint, "from", from.String(), "to", to.String())
+			if from == Closed && to == Open {
+				f.startProber(endpoint, b)
+			}
 		})
 		f.m.breaker.WithLabelValues(endpoint).Set(float64(Closed))
 		f.breakers[endpoint] = b
@@ -289,10 +300,12 @@ func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationReque
 		ns = core.DefaultNamespace
 	}
 	selector := in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()
-	// The policies in force now, one snapshot per request (window.go).
-	selected, err := f.policiesInForce(ns, selector)
-	if err != nil {
-		return nil, err
+	all := f.src.Policies(ns)
+	selected := core.SelectPolicies(all, selector)
+	if len(selected) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector %s (%d policies in that namespace)",
+			ns, formatSelector(selector), len(all))
 	}
 	order := core.OrderClusters(selected, seed)
 	hops := strings.Join(append(hopsOf(ctx), f.self), ",")
@@ -415,18 +428,15 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		reached := false
 		for _, ep := range endpoints {
 			br := f.breaker(ep)
-			okTry, probe := br.allow(f.clock.Now())
-			if !okTry {
+			if !br.allow() {
+				// The background prober closes it when the endpoint is
+				// back; no request waits for that.
 				last = append(last, ep+": breaker open (recent transport failures), skipped")
 				continue
 			}
 			reached = true
-			// A probe gets a fresh connection: the cached one may sit in
-			// grpc's reconnect backoff after the failures that opened the
-			// breaker, where a call fails at once without trying.
-			c, err := f.clients.get(ep, sec, p.Connection.ServerCA, probe)
+			c, err := f.clients.get(ep, sec, p.Connection.ServerCA, false)
 			if err != nil {
-				br.abandon(probe)
 				return misconfig("%v", err)
 			}
 			tctx, cancel := context.WithTimeout(octx, f.tryTimeout)
@@ -444,7 +454,6 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			}
 			st := status.Convert(err)
 			if ctx.Err() != nil {
-				br.abandon(probe)
 				t.out, t.code = outDeadline, codes.DeadlineExceeded
 				t.msg = fmt.Sprintf("%s: the caller's deadline passed during the call", ep)
 				return nil, t
@@ -453,7 +462,7 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 				// Not an answer from an allocator: the endpoint is down,
 				// unreachable, or slower than the try timeout.
-				br.failure(f.clock.Now())
+				br.failure(f.clock.Now(), probeCreds{sec: sec, serverCA: p.Connection.ServerCA})
 				last = append(last, fmt.Sprintf("%s: %s (%s)", ep, st.Message(), st.Code()))
 				continue
 			}
@@ -599,6 +608,7 @@ type metrics struct {
 	tries   *prometheus.CounterVec
 	latency *prometheus.HistogramVec
 	breaker *prometheus.GaugeVec
+	probes  *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -616,11 +626,15 @@ func newMetrics() *metrics {
 			Name: "qm_forward_breaker_state",
 			Help: "Breaker of a remote allocator endpoint: 0 closed, 1 open, 2 half-open.",
 		}, []string{"endpoint"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qm_forward_probes_total",
+			Help: "Background health probes of remote allocator endpoints whose breaker is open, by outcome (up: the breaker closed; down: it stays open, for twice as long).",
+		}, []string{"endpoint", "outcome"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker} {
+	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker, m.probes} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("forward: registering metrics: %w", err)
 		}

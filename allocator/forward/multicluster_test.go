@@ -276,7 +276,7 @@ func TestMultiCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("breaker opens on a down remote and closes when it is back", func(t *testing.T) {
+	t.Run("breaker opens on a down remote; a background probe closes it when it is back", func(t *testing.T) {
 		resp := must(t, multiRequest("breaker", nil))
 		if resp.GetSource() != "local" {
 			t.Fatalf("source %q, want local after e failed", resp.GetSource())
@@ -297,31 +297,53 @@ func TestMultiCluster(t *testing.T) {
 		}
 		t.Logf("fall-through with the breaker open: %v", time.Since(start))
 
-		// After the open period one request probes e, still down: the
-		// probe fails fast and the breaker opens again.
-		clk.Advance(time.Second)
-		start = time.Now()
-		resp = must(t, multiRequest("breaker", nil))
-		if resp.GetSource() != "local" || a.fwd.BreakerState(breakerAddr) != forward.Open {
-			t.Fatalf("failed probe: source %q, breaker %v", resp.GetSource(), a.fwd.BreakerState(breakerAddr))
+		probes := func(outcome string) float64 {
+			return counter(t, a.reg, "qm_forward_probes_total", map[string]string{"endpoint": breakerAddr, "outcome": outcome})
 		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("a failed probe of a refusing endpoint took %v", d)
+		waitFor := func(what string, cond func() bool) {
+			t.Helper()
+			for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %s within 5s; logs:\n%s", what, a.logs.String())
+				}
+			}
+		}
+		// The open period ends: the prober (not a request) checks e,
+		// still down, and the breaker opens again for twice as long.
+		clk.Advance(time.Second)
+		waitFor("failed probe", func() bool { return probes("down") == 1 })
+		if st := a.fwd.BreakerState(breakerAddr); st != forward.Open {
+			t.Fatalf("after a failed probe the breaker is %v, want open", st)
 		}
 
-		// e comes up; after the (doubled) open period a probe finds it.
+		// e comes up. Half the doubled period later nothing has probed it.
 		startAllocator(t, p, "e", rigOptions{fleets: fleetsC, addr: breakerAddr})
 		clk.Advance(time.Second)
-		if resp = must(t, multiRequest("breaker", nil)); resp.GetSource() != "local" {
-			t.Fatalf("e probed before its doubled open period ended: source %q", resp.GetSource())
+		time.Sleep(50 * time.Millisecond) // room for a wrong early probe
+		if up, down := probes("up"), probes("down"); up != 0 || down != 1 {
+			t.Fatalf("probes up %v, down %v before the doubled open period ended; want 0, 1", up, down)
 		}
+		if resp = must(t, multiRequest("breaker", nil)); resp.GetSource() != "local" {
+			t.Fatalf("a request tried e while its breaker was open: source %q", resp.GetSource())
+		}
+		// The doubled period ends: the probe finds e and closes the
+		// breaker with no request sent.
 		clk.Advance(time.Second)
+		waitFor("closed breaker", func() bool { return a.fwd.BreakerState(breakerAddr) == forward.Closed })
+		if up := probes("up"); up != 1 {
+			t.Errorf("probes up %v, want 1", up)
+		}
+		// No request paid for the probes: e's tries by requests are the
+		// first request's (3 failures, one try outcome) and two skips.
+		if n := counter(t, a.reg, "qm_forward_tries_total", map[string]string{"cluster": "e", "outcome": "unavailable"}); n != 1 {
+			t.Errorf("unavailable tries of e %v, want 1", n)
+		}
+		if n := counter(t, a.reg, "qm_forward_tries_total", map[string]string{"cluster": "e", "outcome": "breaker_open"}); n != 2 {
+			t.Errorf("breaker_open tries of e %v, want 2", n)
+		}
 		resp = must(t, multiRequest("breaker", nil))
 		if resp.GetSource() != breakerAddr {
-			t.Fatalf("source %q, want e (%s) after its breaker's probe", resp.GetSource(), breakerAddr)
-		}
-		if st := a.fwd.BreakerState(breakerAddr); st != forward.Closed {
-			t.Errorf("breaker %v after a successful probe, want closed", st)
+			t.Fatalf("source %q, want e (%s) once its breaker closed", resp.GetSource(), breakerAddr)
 		}
 		if !strings.Contains(a.logs.String(), "to=open") || !strings.Contains(a.logs.String(), "to=closed") {
 			t.Errorf("no log line for the breaker's changes:\n%s", a.logs.String())
