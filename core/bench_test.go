@@ -315,3 +315,88 @@ func BenchmarkAdversarialStall(b *testing.B) {
 }
 
 var benchSink uint64
+
+// BenchmarkFirstLabelKey measures what the first request naming a label key
+// costs everyone else. The index builds that key's groups then (every
+// server looked at, the ones carrying it sorted by name); at 250,000
+// servers that is a fraction of a second of CPU on a quiet machine, many
+// seconds on a busy one, and it used to happen under the index's lock. A
+// victim allocates (a fleet label, Packed, given back each time) alone and
+// then while, per round, a first request names a new key carried by every
+// server. It reports, as medians over rounds, the build's wall time, the
+// victim's longest wait during the build as a share of it (1: the victim
+// stood still for the whole build) and the victim's p99 during the build
+// over its p99 alone.
+//
+//	go test -run '^$' -bench FirstLabelKey -benchtime 1x -v ./core/
+func BenchmarkFirstLabelKey(b *testing.B) {
+	const servers, rounds, alone = 250_000, 3, 20_000
+	ix := NewIndex()
+	for i, gs := range benchFleet(servers) {
+		for r := range rounds {
+			gs.Labels[fmt.Sprintf("key-%d", r)] = fmt.Sprintf("v%d", i%4)
+		}
+		ix.Upsert(gs)
+	}
+	victim := benchRequest(Packed)
+	warm(b, ix, victim)
+	allocate := func(i int) time.Duration {
+		t := time.Now()
+		res, err := ix.AllocateAndCommit(victim, benchNow, uint64(i))
+		d := time.Since(t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ix.Upsert(res.Previous)
+		return d
+	}
+	p99 := func(lat []time.Duration) time.Duration {
+		slices.Sort(lat)
+		return lat[len(lat)*99/100]
+	}
+	var builds, stalls, p99s []float64
+	for r := range rounds {
+		lat := make([]time.Duration, alone)
+		for i := range lat {
+			lat[i] = allocate(i)
+		}
+		aloneP99, aloneMax := p99(lat), slices.Max(lat)
+		first, err := Normalize(&Request{Selectors: []Selector{{MatchLabels: map[string]string{fmt.Sprintf("key-%d", r): "v1"}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan time.Duration)
+		go func() {
+			t := time.Now()
+			res, err := ix.Allocate(first, benchNow, 1)
+			d := time.Since(t)
+			if err != nil {
+				b.Error(err)
+			} else {
+				ix.Abort(res)
+			}
+			done <- d
+		}()
+		lat = lat[:0]
+		var build time.Duration
+	during:
+		for i := 0; ; i++ {
+			select {
+			case build = <-done:
+				break during
+			default:
+			}
+			lat = append(lat, allocate(i))
+		}
+		longest := slices.Max(lat)
+		b.Logf("round %d: build %v; victim alone p99 %v, longest %v; during the build %d allocations, p99 %v, longest %v",
+			r, build, aloneP99, aloneMax, len(lat), p99(lat), longest)
+		builds = append(builds, float64(build.Milliseconds()))
+		stalls = append(stalls, float64(longest)/float64(build))
+		p99s = append(p99s, float64(p99(lat))/float64(aloneP99))
+	}
+	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
+	b.ReportMetric(median(builds), "build-ms")
+	b.ReportMetric(median(stalls), "longest-wait/build")
+	b.ReportMetric(median(p99s), "p99-during/alone")
+}

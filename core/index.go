@@ -33,8 +33,9 @@ var ErrNoMatch = errors.New("no game server matches the request")
 // Servers in state Ready or Allocated are kept in groups: per (namespace,
 // state, label=value) for the label values requests select on, and per
 // (namespace, state) for requests without matchLabels. Ready servers' fleet
-// groups are kept from the start; any other group is created on first use by
-// one scan, then kept up to date incrementally, so a server is only in the
+// groups are kept from the start; any other group is built on first use by
+// one pass over the index, in chunks that let other callers in between
+// (build.go), then kept up to date incrementally, so a server is only in the
 // groups that requests actually use. A selector is served from its smallest
 // group. Within
 // a group each node has a name-sorted member list, and the nodes sit in a
@@ -67,6 +68,10 @@ type Index struct {
 	// keys dropped for having too many values (served by filtering).
 	keyGroups map[string]int
 	unindexed map[string]bool
+	// keyBuilds and baseBuilds are the label keys' and base groups' builds
+	// under way (build.go): their structures are live but not yet complete.
+	keyBuilds  map[string]*build
+	baseBuilds map[groupKey]*build
 	// keyCount, counterCount and listCount are how many servers (in any
 	// state) carry each label key, counter and list; nsCount how many live
 	// in each namespace. Requests naming what no server has are answered
@@ -185,6 +190,8 @@ func NewIndex() *Index {
 		labelKeys:    []string{FleetLabel},
 		keyGroups:    map[string]int{},
 		unindexed:    map[string]bool{},
+		keyBuilds:    map[string]*build{},
+		baseBuilds:   map[groupKey]*build{},
 		keyCount:     map[string]int{},
 		counterCount: map[string]int{},
 		listCount:    map[string]int{},
@@ -689,39 +696,6 @@ func (ix *Index) link(e *entry) {
 	}
 }
 
-// trackKey starts keeping groups for label key k, building them with one
-// pass over the index. It reports false when k cannot be tracked: all
-// slots are taken, or k has too many values.
-func (ix *Index) trackKey(k string) bool {
-	if len(ix.labelKeys) >= maxLabelKeys || ix.unindexed[k] {
-		return false
-	}
-	var found []*entry
-	for _, e := range ix.entries {
-		if _, ok := e.gs.Labels[k]; ok && !e.held && allocatable(e.gs.State) {
-			found = append(found, e)
-		}
-	}
-	// Map order is random; join in name order so that the groups, and with
-	// them every seeded random pick, are the same for the same history.
-	sortEntries(found)
-	ix.labelKeys = append(ix.labelKeys, k)
-	for _, e := range found {
-		key := groupKey{e.gs.Namespace, e.gs.State, k, e.gs.Labels[k]}
-		g := ix.groups[key]
-		if g == nil {
-			if ix.keyGroups[k] >= maxGroupsPerKey {
-				ix.unindexed[k] = true
-				ix.untrack(k)
-				return false
-			}
-			g = ix.group(key)
-		}
-		ix.join(e, g)
-	}
-	return true
-}
-
 // untrack stops keeping groups for label key k and drops the ones it has.
 func (ix *Index) untrack(k string) {
 	i := 0
@@ -732,6 +706,7 @@ func (ix *Index) untrack(k string) {
 		return
 	}
 	ix.labelKeys = append(ix.labelKeys[:i], ix.labelKeys[i+1:]...)
+	ix.endKeyBuild(k)
 	if ix.keyGroups[k] == 0 {
 		return
 	}
@@ -759,15 +734,6 @@ func (ix *Index) tracked(k string) bool {
 		}
 	}
 	return false
-}
-
-func sortEntries(es []*entry) {
-	sort.Slice(es, func(i, j int) bool {
-		if es[i].gs.Name != es[j].gs.Name {
-			return es[i].gs.Name < es[j].gs.Name
-		}
-		return es[i].gs.Namespace < es[j].gs.Namespace
-	})
 }
 
 func (ix *Index) unlink(e *entry) {
@@ -801,6 +767,8 @@ func (ix *Index) dropGroup(g *group) {
 		if ix.keyGroups[g.key.label]--; ix.keyGroups[g.key.label] <= 0 {
 			delete(ix.keyGroups, g.key.label)
 		}
+	} else {
+		ix.endBaseBuild(g.key)
 	}
 	if g.ordered {
 		for _, gn := range g.nodes {
@@ -943,10 +911,12 @@ func (g *group) dropNode(gn *groupNode) {
 
 // driverGroup returns the smallest group that holds every candidate for sel,
 // or nil when it can tell that nothing can match: the namespace holds no
-// server, or a matchLabels key or value is one no server in it has.
-func (ix *Index) driverGroup(ns string, sel *Selector) *group {
+// server, or a matchLabels key or value is one no server in it has. When a
+// group it needs is still being built (build.go) it returns that build
+// instead, to be waited for without the lock.
+func (ix *Index) driverGroup(ns string, sel *Selector) (*group, *build) {
 	if ix.nsCount[ns] == 0 {
-		return nil
+		return nil, nil
 	}
 	st := sel.State
 	if st == "" {
@@ -957,16 +927,21 @@ func (ix *Index) driverGroup(ns string, sel *Selector) *group {
 		k, v := p.key, p.value
 		if !ix.tracked(k) {
 			if ix.keyCount[k] == 0 {
-				return nil
+				return nil, nil
 			}
-			if !ix.trackKey(k) {
+			b := ix.startKeyBuild(k)
+			if b == nil {
 				continue // filtered instead
 			}
+			return nil, b
+		}
+		if b := ix.keyBuilds[k]; b != nil {
+			return nil, b
 		}
 		// A tracked key's groups hold all of its servers: none, none here.
 		g := ix.groups[groupKey{ns, st, k, v}]
 		if g == nil {
-			return nil
+			return nil, nil
 		}
 		// Smallest group first; ties by label key so that the choice (and
 		// with it a seeded random pick) does not depend on map order.
@@ -977,35 +952,36 @@ func (ix *Index) driverGroup(ns string, sel *Selector) *group {
 	}
 	if best == nil {
 		base := groupKey{namespace: ns, state: st}
+		if b := ix.baseBuilds[base]; b != nil {
+			return nil, b
+		}
 		if best = ix.groups[base]; best == nil {
-			best = ix.newBaseGroup(base)
+			// Kept from now on while the namespace has servers.
+			return nil, ix.startBaseBuild(base)
 		}
 	}
-	return best
-}
-
-// newBaseGroup creates the group of every server in (namespace, state) with
-// one pass over the index. It is kept while the namespace has servers.
-func (ix *Index) newBaseGroup(key groupKey) *group {
-	g := ix.group(key)
-	var found []*entry
-	for _, e := range ix.entries {
-		if !e.held && e.gs.Namespace == key.namespace && e.gs.State == key.state {
-			found = append(found, e)
-		}
-	}
-	sortEntries(found)
-	for _, e := range found {
-		ix.join(e, g)
-	}
-	return g
+	return best, nil
 }
 
 // choose returns sel's choice, or nil when nothing matches. It is called
 // with ix.mu held and returns with it held, but may release it meanwhile
 // (see scanPick). spent counts the servers examined for this request so far.
 func (ix *Index) choose(ctx context.Context, req *Request, sel *Selector, r *rng, spent *int) (*entry, error) {
-	g := ix.driverGroup(req.Namespace, sel)
+	g, b := ix.driverGroup(req.Namespace, sel)
+	for b != nil {
+		// A group it needs is being built: wait without the lock, then
+		// look again (the build may also have been abandoned).
+		ix.mu.Unlock()
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+		}
+		ix.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		g, b = ix.driverGroup(req.Namespace, sel)
+	}
 	if g == nil || len(g.all) == 0 {
 		return nil, nil
 	}
