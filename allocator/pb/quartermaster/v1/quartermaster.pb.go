@@ -361,8 +361,15 @@ type ReleaseRequest struct {
 	// "default" when empty, as for allocations.
 	Namespace      string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	GameServerName string `protobuf:"bytes,2,opt,name=gameServerName,proto3" json:"gameServerName,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The source the AllocationResponse named. Empty or "local": a server
+	// this allocator allocated. A remote allocator's endpoint: a server a
+	// multi-cluster request was forwarded for; this allocator forwards the
+	// Release there, with the credentials of the policy naming that
+	// endpoint, and the remote releases it only if it was allocated for the
+	// caller.
+	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
@@ -405,6 +412,13 @@ func (x *ReleaseRequest) GetNamespace() string {
 func (x *ReleaseRequest) GetGameServerName() string {
 	if x != nil {
 		return x.GameServerName
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetSource() string {
+	if x != nil {
+		return x.Source
 	}
 	return ""
 }
@@ -679,10 +693,11 @@ const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"7\n" +
 	"\aAddress\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"V\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"n\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12&\n" +
-	"\x0egameServerName\x18\x02 \x01(\tR\x0egameServerName\"O\n" +
+	"\x0egameServerName\x18\x02 \x01(\tR\x0egameServerName\x12\x16\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\"O\n" +
 	"\x0fReleaseResponse\x12<\n" +
 	"\n" +
 	"allocation\x18\x01 \x01(\v2\x1c.quartermaster.v1.AllocationR\n" +
