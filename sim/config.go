@@ -138,6 +138,12 @@ type StreamConfig struct {
 	// policy, otherwise the request goes to Cluster.
 	Request core.Request
 	Cluster string
+	// Arrivals, when set, replace Rate: the requests arrive at exactly
+	// these times (ascending), as a recorded trace's did (see
+	// ReplayStreams). Sessions, when set, holds each arrival's session
+	// length (negative: drawn from Session).
+	Arrivals []time.Duration
+	Sessions []time.Duration
 }
 
 // Outage makes a cluster's allocator unreachable in [Start, End).
@@ -211,6 +217,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("streams[%d]: unknown cluster %q", i, s.Cluster)
 		}
 		if err := s.Session.Validate(); err != nil {
+			return fmt.Errorf("streams[%d]: %v", i, err)
+		}
+		if err := s.checkArrivals(); err != nil {
 			return fmt.Errorf("streams[%d]: %v", i, err)
 		}
 	}

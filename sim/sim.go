@@ -132,6 +132,7 @@ type stream struct {
 	session  *sampler
 	rng      *rand.Rand
 	cluster  int
+	sent     int // replay streams: arrivals scheduled so far
 	policies []core.Policy
 	// orders memoizes core.OrderClusters per order seed (see orderFor);
 	// width is the number of clusters in an order, 0xff marks "not yet".
@@ -161,6 +162,7 @@ type request struct {
 	contention bool
 	answered   bool
 	retries    int32 // conflicts in the current cluster
+	arrival    int32 // index among its stream's arrivals (replay streams)
 	back       int64 // the return half of the current round trip
 	res        *core.Result
 }
@@ -306,9 +308,11 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched, err := NewSchedule(cfg.Rate, w.cfg.Duration)
-	if err != nil {
-		return nil, err
+	var sched *Schedule
+	if cfg.Arrivals == nil {
+		if sched, err = NewSchedule(cfg.Rate, w.cfg.Duration); err != nil {
+			return nil, err
+		}
 	}
 	seed := w.cfg.Seed
 	p := "stream/" + cfg.Name + "/"
@@ -336,6 +340,9 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 
 func (w *world) startStream(i int) {
 	s := w.streams[i]
+	if w.replayNext(i) {
+		return
+	}
 	s.target += s.arrivals.Rand()
 	if t, ok := s.sched.NextAt(s.target); ok {
 		w.q.push(event{at: int64(t), kind: evArrival, id: int32(i)})
@@ -396,10 +403,12 @@ func (w *world) run() bool {
 
 func (w *world) arrival(si int) {
 	s := w.streams[si]
+	k := int32(s.sent - 1) // this arrival's index, before the next is scheduled
 	w.startStream(si)
 	id := w.newRequest()
 	r := &w.reqs[id]
 	r.stream = int32(si)
+	r.arrival = k
 	r.start = w.now
 	r.seed = s.rng.Uint64()
 	w.tot.requests++
@@ -589,7 +598,7 @@ func (w *world) writeDone(id int32) {
 		rp.seen[slot] = cl.rev
 		w.propagate(cl, slot, gs, false)
 		s := w.streams[r.stream]
-		w.q.push(event{at: w.now + s.session.next(), kind: evSessionEnd, c: r.cluster, id: slot})
+		w.q.push(event{at: w.now + w.sessionFor(s, r), kind: evSessionEnd, c: r.cluster, id: slot})
 		// Nothing else happens to a success on its way back to the router,
 		// so it is recorded now, with the return trip in its latency: one
 		// event fewer per allocation.
