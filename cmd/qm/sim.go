@@ -26,10 +26,18 @@ func init() {
 }
 
 const simUsage = `usage: qm sim FILE [--out results.json] [--quiet]
+       qm sim --replay TRACE FILE [--cluster-name SOURCE=CLUSTER]... [--out results.json]
 
 Runs one scenario file in the simulator on a virtual clock, prints a table
 per cluster and the file's expectations, and exits 2 if one fails. Flags may
 come before or after FILE. To run every shipped scenario: make sim-scenarios.
+
+With --replay, the scenario's clusters, policies and faults meet the
+arrivals and requests of a trace (qm serve --trace, qm load --trace) instead
+of its workload, and the cluster shares the trace recorded are printed
+beside the replayed ones. --cluster-name maps names in the trace (a qm load
+trace names clusters by the answer's source: local, or the endpoint
+forwarded to) to the scenario's.
 
 flags:
 `
@@ -42,6 +50,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(io.Discard)
 	out := fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
 	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
+	replay := fs.String("replay", "", "replay this trace's arrivals and requests against the scenario's clusters instead of its workload")
+	var clusterNames multiFlag
+	fs.Var(&clusterNames, "cluster-name", "with --replay: SOURCE=CLUSTER, the scenario's name for a cluster the trace names SOURCE (repeatable)")
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, simUsage)
 		fs.SetOutput(w)
@@ -75,9 +86,15 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageFail(stderr, "sim", usage, "one scenario file per run, got %d (%s); run qm sim once per file, or make sim-scenarios for all of them",
 			len(files), strings.Join(files, " "))
 	}
+	if *replay == "" && len(clusterNames) > 0 {
+		return usageFail(stderr, "sim", usage, "--cluster-name needs --replay")
+	}
 	sc, err := scenarios.Load(files[0])
 	if err != nil {
 		return err
+	}
+	if *replay != "" {
+		return runSimReplay(ctx, sc, *replay, clusterNames, *out, *quiet, stdout, stderr)
 	}
 	tuneGC()
 	opt := scenarios.Options{}
