@@ -450,6 +450,14 @@ func (s *Scenario) Validate() error {
 		if !clusters[pol.ConnectionInfo.ClusterName] {
 			c.add(p+".connectionInfo.clusterName", "%q is not a cluster of spec.clusters", pol.ConnectionInfo.ClusterName)
 		}
+		if pol.Window != nil {
+			if err := pol.Window.Core(sp.StartTime()).Validate(); err != nil {
+				c.add(p+".window", "%v", err)
+			}
+			if len(pol.Window.During)+len(pol.Window.Except) > 100 {
+				c.add(p+".window", "at most 100 recurrences")
+			}
+		}
 	}
 
 	if len(sp.Workload) == 0 {

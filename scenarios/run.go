@@ -67,7 +67,11 @@ func (s *Scenario) Config() (*sim.Config, error) {
 			Weight:     *p.Weight,
 			Labels:     p.Labels,
 			Connection: core.ConnectionInfo{ClusterName: p.ConnectionInfo.ClusterName},
+			Window:     p.Window.Core(sp.StartTime()),
 		})
+	}
+	if sp.Start != nil {
+		cfg.Start = sp.Start.Time
 	}
 	var arrivals float64
 	for i, w := range sp.Workload {

@@ -1,10 +1,14 @@
 package scenarios
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/sim"
 )
 
 // APIVersion and Kind identify a scenario file.
@@ -34,14 +38,18 @@ type Spec struct {
 	// Duration of the run in virtual time.
 	Duration Duration `yaml:"duration" json:"duration"`
 	// SampleInterval is the time-series resolution (default duration/240).
-	SampleInterval Duration      `yaml:"sampleInterval,omitempty" json:"sampleInterval,omitempty"`
-	Routing        Routing       `yaml:"routing,omitempty" json:"routing,omitempty"`
-	Clusters       []Cluster     `yaml:"clusters" json:"clusters"`
-	Policies       []Policy      `yaml:"policies,omitempty" json:"policies,omitempty"`
-	Workload       []Stream      `yaml:"workload" json:"workload"`
-	Faults         []Fault       `yaml:"faults,omitempty" json:"faults,omitempty"`
-	Phases         []Phase       `yaml:"phases,omitempty" json:"phases,omitempty"`
-	Expectations   []Expectation `yaml:"expectations,omitempty" json:"expectations,omitempty"`
+	SampleInterval Duration `yaml:"sampleInterval,omitempty" json:"sampleInterval,omitempty"`
+	// Start is the instant virtual time zero stands for, against which
+	// the policies' windows are read (default 2026-01-01T00:00:00Z, a
+	// Thursday: sim.Epoch).
+	Start        *Instant      `yaml:"start,omitempty" json:"start,omitempty"`
+	Routing      Routing       `yaml:"routing,omitempty" json:"routing,omitempty"`
+	Clusters     []Cluster     `yaml:"clusters" json:"clusters"`
+	Policies     []Policy      `yaml:"policies,omitempty" json:"policies,omitempty"`
+	Workload     []Stream      `yaml:"workload" json:"workload"`
+	Faults       []Fault       `yaml:"faults,omitempty" json:"faults,omitempty"`
+	Phases       []Phase       `yaml:"phases,omitempty" json:"phases,omitempty"`
+	Expectations []Expectation `yaml:"expectations,omitempty" json:"expectations,omitempty"`
 }
 
 // Routing sets how the matchmaker's router forwards multi-cluster requests.
@@ -137,6 +145,157 @@ type Policy struct {
 	Priority       int32             `yaml:"priority" json:"priority"`
 	Weight         *int              `yaml:"weight,omitempty" json:"weight,omitempty"` // default 1
 	ConnectionInfo ConnectionInfo    `yaml:"connectionInfo" json:"connectionInfo"`
+	// Window is when the policy is in force (default: always). A live
+	// allocator reads the same from the policy's quartermaster.dev/window-*
+	// annotations.
+	Window *PolicyWindow `yaml:"window,omitempty" json:"window,omitempty"`
+}
+
+// PolicyWindow is a policy's time window (core.Window): in force from
+// From until Until, only during the During recurrences when there are
+// any, and never during Except's.
+type PolicyWindow struct {
+	From   *WindowTime `yaml:"from,omitempty" json:"from,omitempty"`
+	Until  *WindowTime `yaml:"until,omitempty" json:"until,omitempty"`
+	During Recurrences `yaml:"during,omitempty" json:"during,omitempty"`
+	Except Recurrences `yaml:"except,omitempty" json:"except,omitempty"`
+}
+
+// Instant is an RFC 3339 instant with its offset ("2026-11-23T00:00:00+01:00").
+type Instant struct{ time.Time }
+
+// UnmarshalYAML reads an RFC 3339 instant.
+func (i *Instant) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: a %s is not an instant: write one like 2026-11-23T00:00:00+01:00", n.Line, nodeKind(n))
+	}
+	t, err := core.ParseInstant(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %v", n.Line, err)
+	}
+	i.Time = t
+	return nil
+}
+
+// MarshalYAML writes the instant as RFC 3339.
+func (i Instant) MarshalYAML() (any, error) { return i.Format(time.RFC3339Nano), nil }
+
+// MarshalJSON writes the instant as RFC 3339.
+func (i Instant) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + i.Format(time.RFC3339Nano) + `"`), nil
+}
+
+// WindowTime is a window's edge: an RFC 3339 instant, or a duration after
+// spec.start ("36h"), as the scenario's phases and faults are written.
+type WindowTime struct {
+	At     time.Time     // when an instant
+	Offset time.Duration // when a duration
+	IsAt   bool
+}
+
+// UnmarshalYAML reads an instant or a duration.
+func (w *WindowTime) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: a %s is not a window edge: write an instant like 2026-11-23T18:00:00+01:00 or a duration after spec.start like 42h", n.Line, nodeKind(n))
+	}
+	if d, err := time.ParseDuration(n.Value); err == nil {
+		*w = WindowTime{Offset: d}
+		return nil
+	}
+	t, err := core.ParseInstant(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is neither an RFC 3339 instant (like 2026-11-23T18:00:00+01:00) nor a duration after spec.start (like 42h)", n.Line, n.Value)
+	}
+	*w = WindowTime{At: t, IsAt: true}
+	return nil
+}
+
+// resolve is the edge's instant for a run starting at start.
+func (w *WindowTime) resolve(start time.Time) time.Time {
+	if w.IsAt {
+		return w.At
+	}
+	return start.Add(w.Offset)
+}
+
+func (w WindowTime) String() string {
+	if w.IsAt {
+		return w.At.Format(time.RFC3339Nano)
+	}
+	return w.Offset.String()
+}
+
+// MarshalYAML writes the edge as it was read.
+func (w WindowTime) MarshalYAML() (any, error) { return w.String(), nil }
+
+// MarshalJSON writes the edge as it was read.
+func (w WindowTime) MarshalJSON() ([]byte, error) { return []byte(`"` + w.String() + `"`), nil }
+
+// Recurrences is one recurrence ("weekdays 18:00-23:00 Europe/Paris") or a
+// list of them; see core.ParseRecurrence.
+type Recurrences []core.Recurrence
+
+// UnmarshalYAML reads a string or a list of strings.
+func (r *Recurrences) UnmarshalYAML(n *yaml.Node) error {
+	items := []*yaml.Node{n}
+	switch n.Kind {
+	case yaml.ScalarNode:
+	case yaml.SequenceNode:
+		items = n.Content
+	default:
+		return fmt.Errorf("line %d: a %s is not a recurrence: write %s, or a list of them", n.Line, nodeKind(n), core.RecurrenceSyntax)
+	}
+	out := Recurrences{}
+	for _, it := range items {
+		if it.Kind != yaml.ScalarNode {
+			return fmt.Errorf("line %d: a %s is not a recurrence: write %s", it.Line, nodeKind(it), core.RecurrenceSyntax)
+		}
+		rec, err := core.ParseRecurrence(it.Value)
+		if err != nil {
+			return fmt.Errorf("line %d: %v", it.Line, err)
+		}
+		out = append(out, rec)
+	}
+	*r = out
+	return nil
+}
+
+func (r Recurrences) strings() []string {
+	out := make([]string, len(r))
+	for i, x := range r {
+		out[i] = x.String()
+	}
+	return out
+}
+
+// MarshalYAML writes the recurrences as a list of strings.
+func (r Recurrences) MarshalYAML() (any, error) { return r.strings(), nil }
+
+// MarshalJSON writes the recurrences as a list of strings.
+func (r Recurrences) MarshalJSON() ([]byte, error) { return json.Marshal(r.strings()) }
+
+// Core is the window for a run whose virtual time zero is start.
+func (w *PolicyWindow) Core(start time.Time) core.Window {
+	if w == nil {
+		return core.Window{}
+	}
+	out := core.Window{During: w.During, Except: w.Except}
+	if w.From != nil {
+		out.From = w.From.resolve(start)
+	}
+	if w.Until != nil {
+		out.Until = w.Until.resolve(start)
+	}
+	return out
+}
+
+// StartTime is the instant of virtual time zero: spec.start, else
+// sim.Epoch.
+func (sp *Spec) StartTime() time.Time {
+	if sp.Start == nil {
+		return sim.Epoch
+	}
+	return sp.Start.Time
 }
 
 // ConnectionInfo names the cluster a policy points at.

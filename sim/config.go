@@ -30,6 +30,9 @@ type Config struct {
 	Streams  []StreamConfig
 	Outages  []Outage
 	Phases   []Phase
+	// Start is the instant of virtual time zero for the policies' windows
+	// (a weekday evening is a time of a day of the week); zero: Epoch.
+	Start time.Time
 
 	// ForwardTimeout is what a try against a cluster that is down costs.
 	ForwardTimeout time.Duration

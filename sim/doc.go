@@ -23,5 +23,8 @@
 //
 // Multi-cluster requests are routed with core.SelectPolicies and
 // core.OrderClusters, each forward costing the target cluster's round trip,
-// and a cluster that is down costing the forwarding timeout.
+// and a cluster that is down costing the forwarding timeout. Of the
+// policies, those whose window (core.Window) is open at the virtual clock
+// are in force, with Config.Start the instant of virtual time zero; a
+// request with none in force ends as no match.
 package sim

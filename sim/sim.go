@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -133,12 +134,29 @@ type stream struct {
 	rng      *rand.Rand
 	cluster  int
 	sent     int // replay streams: arrivals scheduled so far
+	// segs is which policies are in force when, by their windows: one
+	// segment for a run without windows. seg is the current one (arrivals
+	// come in time order).
+	segs []policySegment
+	seg  int
+	salt uint64
+}
+
+// policySegment is a stretch of virtual time, up to end, during which set
+// is in force.
+type policySegment struct {
+	end int64
+	set *policySet
+}
+
+// policySet is the policies a stream is routed by while they are in force
+// together.
+type policySet struct {
 	policies []core.Policy
 	// orders memoizes core.OrderClusters per order seed (see orderFor);
 	// width is the number of clusters in an order, 0xff marks "not yet".
 	orders []uint8
 	width  int
-	salt   uint64
 }
 
 // orderSeeds is how many distinct seeds the router hands
@@ -325,12 +343,7 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 		rng:      rand.New(streamSource(seed, p+"requests")),
 	}
 	if req.MultiCluster.Enabled {
-		s.policies = core.SelectPolicies(w.cfg.Policies, req.MultiCluster.PolicySelector)
-		seen := map[string]bool{}
-		for _, p := range s.policies {
-			seen[p.Connection.ClusterName] = true
-		}
-		s.width = len(seen)
+		s.segs = w.policySegments(core.SelectPolicies(w.cfg.Policies, req.MultiCluster.PolicySelector))
 		s.salt = mix(seed ^ 0x6f72646572)
 	} else {
 		s.cluster = w.byName[cfg.Cluster]
@@ -428,33 +441,74 @@ func (w *world) arrival(si int) {
 }
 
 // orderFor returns the clusters (indexes) in the order core.OrderClusters
-// gives for the stream's policies and a seed derived from seed.
+// gives for the stream's policies in force now and a seed derived from
+// seed.
 func (w *world) orderFor(s *stream, seed uint64) []uint8 {
-	if s.width <= 1 {
+	for s.seg < len(s.segs)-1 && w.now >= s.segs[s.seg].end {
+		s.seg++
+	}
+	ps := s.segs[s.seg].set
+	if ps.width <= 1 {
 		// No choice to make: no cluster, or one (maybe under several
 		// policies).
-		if s.orders == nil {
-			s.orders = []uint8{}
-			if s.width == 1 {
-				s.orders = append(s.orders, uint8(w.byName[s.policies[0].Connection.ClusterName]))
+		if ps.orders == nil {
+			ps.orders = []uint8{}
+			if ps.width == 1 {
+				ps.orders = append(ps.orders, uint8(w.byName[ps.policies[0].Connection.ClusterName]))
 			}
 		}
-		return s.orders
+		return ps.orders
 	}
-	if s.orders == nil {
-		s.orders = make([]uint8, orderSeeds*s.width)
-		for i := 0; i < len(s.orders); i += s.width {
-			s.orders[i] = 0xff
+	if ps.orders == nil {
+		ps.orders = make([]uint8, orderSeeds*ps.width)
+		for i := 0; i < len(ps.orders); i += ps.width {
+			ps.orders[i] = 0xff
 		}
 	}
 	k := int(seed % orderSeeds)
-	o := s.orders[k*s.width : (k+1)*s.width]
+	o := ps.orders[k*ps.width : (k+1)*ps.width]
 	if o[0] == 0xff {
-		for i, p := range core.OrderClusters(s.policies, mix(uint64(k)^s.salt)) {
+		for i, p := range core.OrderClusters(ps.policies, mix(uint64(k)^s.salt)) {
 			o[i] = uint8(w.byName[p.Connection.ClusterName])
 		}
 	}
 	return o
+}
+
+// policySegments splits the run at the instants at which one of policies
+// enters or leaves its window (virtual time zero is cfg.Start), each
+// stretch with the policies in force in it. Stretches with the same
+// policies share one policySet, and so its memoized orders.
+func (w *world) policySegments(policies []core.Policy) []policySegment {
+	start := w.cfg.Start
+	if start.IsZero() {
+		start = Epoch
+	}
+	end := start.Add(w.cfg.Duration)
+	sets := map[string]*policySet{}
+	var segs []policySegment
+	for at := start; ; {
+		in := core.PoliciesAt(policies, at)
+		key := make([]byte, 0, 16*len(in))
+		for _, p := range in {
+			key = append(append(key, p.Name...), 0)
+		}
+		set := sets[string(key)]
+		if set == nil {
+			seen := map[string]bool{}
+			for _, p := range in {
+				seen[p.Connection.ClusterName] = true
+			}
+			set = &policySet{policies: in, width: len(seen)}
+			sets[string(key)] = set
+		}
+		next, ok := core.NextPolicyChange(policies, at, end)
+		if !ok {
+			return append(segs, policySegment{end: math.MaxInt64, set: set})
+		}
+		segs = append(segs, policySegment{end: int64(next.Sub(start)), set: set})
+		at = next
+	}
 }
 
 func (w *world) newRequest() int32 {
