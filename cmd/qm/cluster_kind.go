@@ -51,7 +51,7 @@ func kindUp(ctx context.Context, t *rig.Topology, dir string, dryRun bool, wait 
 		fmt.Fprintln(stderr, "note: not modelled live:", n)
 	}
 	if t.Spec.Links.Callers != (rig.Link{}) || t.Spec.Links.Clusters != (rig.Link{}) || len(t.Spec.Links.Overrides) > 0 {
-		fmt.Fprintln(stderr, "note: not modelled on kind: spec.links (kind clusters talk directly over Docker's network, without latency proxies)")
+		fmt.Fprintln(stderr, "note: on kind, spec.links applies between clusters (latency proxies in this process, where kind's pods reach this host); callers reach the allocators directly at the addresses printed")
 	}
 	opts := kind.Options{Dir: dir, Image: *kf.image, Build: !*kf.noBuild, Wait: wait, Log: stderr}
 	if dryRun {

@@ -54,18 +54,17 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 
 	It("provider-preference: the preferred cluster's link going down costs no request, and traffic returns", Label("preference"), func(ctx SpecContext) {
 		entry := conns["on-prem"][0]
-		onPremHTTP := theRig.Cluster("on-prem").Replicas[0].HTTP
 		for i := range 5 {
 			resp, _, err := allocate(ctx, entry, multi("prefer-cloud"), 10*time.Second)
 			Expect(err).NotTo(HaveOccurred(), "request %d", i)
 			Expect(clusterOf("on-prem", resp)).To(Equal("cloud"))
 		}
-		links := theRig.Proxies.Find("on-prem", "cloud")
+		links := theRig.Links().Find("on-prem", "cloud")
 		Expect(links).NotTo(BeEmpty())
 		for _, l := range links {
 			Expect(l.Set(rig.FaultDown, true)).To(Succeed())
 		}
-		skippedBefore := metric(ctx, onPremHTTP, "qm_forward_tries_total", `cluster="cloud"`, `outcome="breaker_open"`)
+		skippedBefore := metric(ctx, "on-prem", "qm_forward_tries_total", `cluster="cloud"`, `outcome="breaker_open"`)
 		start := time.Now()
 		for i := range 12 {
 			resp, took, err := allocate(ctx, entry, multi("prefer-cloud"), 5*time.Second)
@@ -76,7 +75,7 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 		}
 		measured.spent(time.Since(start), "preference-link-down")
 		// The breaker, not luck, kept later requests off the dead link.
-		Expect(metric(ctx, onPremHTTP, "qm_forward_tries_total", `cluster="cloud"`, `outcome="breaker_open"`)).
+		Expect(metric(ctx, "on-prem", "qm_forward_tries_total", `cluster="cloud"`, `outcome="breaker_open"`)).
 			To(BeNumerically(">", skippedBefore))
 		for _, l := range links {
 			Expect(l.Set(rig.FaultDown, false)).To(Succeed())
@@ -185,9 +184,7 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 		// The Secret the on-prem allocators present to the cloud, as its
 		// API server holds it: the allocators watch it there.
 		secretCert := func() []byte {
-			cs, err := theRig.Cluster("on-prem").Kube.Clientset()
-			Expect(err).NotTo(HaveOccurred())
-			sec, err := cs.CoreV1().Secrets("default").Get(ctx, rig.SecretName("cloud"), metav1.GetOptions{})
+			sec, err := clientsets["on-prem"].CoreV1().Secrets("default").Get(ctx, rig.SecretName("cloud"), metav1.GetOptions{})
 			Expect(err).NotTo(HaveOccurred())
 			return sec.Data["tls.crt"]
 		}
@@ -205,13 +202,12 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 	}, SpecTimeout(time.Minute))
 
 	It("loses and duplicates nothing when a cluster's API server restarts mid-load", Label("restart"), func(ctx SpecContext) {
-		kube := theRig.Cluster("on-prem").Kube
 		restarted := make(chan error, 1)
 		var names []string
 		var failures []string
 		for i := range 25 {
 			if i == 8 {
-				go func() { restarted <- kube.RestartAPIServer(context.WithoutCancel(ctx)) }()
+				go func() { restarted <- theRig.RestartAPIServer(context.WithoutCancel(ctx), "on-prem") }()
 			}
 			// On on-prem alone: a multi-cluster request would (rightly)
 			// go to the cloud while on-prem cannot write.
@@ -251,18 +247,16 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 		// started and is refused.
 		// Written to on-prem's API server, where its allocators watch the
 		// policies.
-		dc, err := theRig.Cluster("on-prem").Kube.Dynamic()
-		Expect(err).NotTo(HaveOccurred())
-		policies := dc.Resource(policyResource).Namespace("default")
+		policies := dynamics["on-prem"].Resource(policyResource).Namespace("default")
 		loop := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "multicluster.agones.dev/v1", "kind": "GameServerAllocationPolicy",
 			"metadata": map[string]any{"name": "loop", "namespace": "default", "labels": map[string]any{"route": "loop"}},
 			"spec": map[string]any{"priority": int64(1), "weight": int64(1), "connectionInfo": map[string]any{
 				"clusterName": "on-prem-again", "namespace": "default", "secretName": rig.SecretName("cloud"),
-				"allocationEndpoints": []any{theRig.CallerAddrs("on-prem")[0]},
+				"allocationEndpoints": []any{theRig.SelfEndpoint("on-prem")},
 			}},
 		}}
-		_, err = policies.Create(ctx, loop, metav1.CreateOptions{})
+		_, err := policies.Create(ctx, loop, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(policies.Delete(ctx, "loop", metav1.DeleteOptions{})).To(Succeed())

@@ -5,8 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,21 +15,28 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+	"github.com/quartermaster-dev/quartermaster/certs"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 )
 
 // TestMultiCluster runs the multi-cluster e2e suite on a rig of real API
 // servers, allocators and fleet agents (`make e2e-multicluster`; also part
-// of `make test`, skipped only under -short).
+// of `make test`, skipped only under -short). With QM_E2E_PROVIDER=kind
+// (`make e2e-multicluster PROVIDER=kind`) the same specs run on kind
+// clusters instead, or are skipped with one line where Docker, kind's node
+// image or kubectl is missing (KIND_REQUIRED=1 makes that a failure).
 func TestMultiCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("brings up a multi-cluster rig of real API servers; skipped under -short")
@@ -41,11 +46,16 @@ func TestMultiCluster(t *testing.T) {
 }
 
 var (
-	theRig *rig.Rig
+	// theRig is the running rig, local or kind: the specs reach it only
+	// through rig.Handle.
+	theRig rig.Handle
 	client *tls.Config
 	// conns are the callers' connections, per cluster and replica, through
 	// the callers' links.
 	conns = map[string][]*grpc.ClientConn{}
+	// dynamics are the clusters' API clients, made once.
+	dynamics   = map[string]dynamic.Interface{}
+	clientsets = map[string]kubernetes.Interface{}
 )
 
 const fleetSize = 30
@@ -54,6 +64,77 @@ var gameServers = schema.GroupVersionResource{Group: "agones.dev", Version: "v1"
 var fleetsGVR = schema.GroupVersionResource{Group: "agones.dev", Version: "v1", Resource: "fleets"}
 
 var _ = BeforeSuite(func(ctx SpecContext) {
+	top, err := rig.Load("testdata/topology.yaml")
+	Expect(err).NotTo(HaveOccurred())
+	start := time.Now()
+	switch p := provider(); p {
+	case rig.ProviderLocal:
+		theRig = upLocal(ctx, top)
+	case rig.ProviderKind:
+		theRig = upKind(ctx, top)
+	default:
+		Fail(fmt.Sprintf("%s=%s: want %s or %s", providerEnv, p, rig.ProviderLocal, rig.ProviderKind))
+	}
+	DeferCleanup(func() {
+		if out := os.Getenv("QM_E2E_OUT"); out != "" {
+			Expect(measured.write(out)).To(Succeed())
+			GinkgoWriter.Printf("results: %s\n", out)
+		}
+		for _, cs := range conns {
+			for _, c := range cs {
+				c.Close()
+			}
+		}
+		Expect(theRig.Stop()).To(Succeed())
+	})
+	GinkgoWriter.Printf("rig up on %s in %v\n", provider(), time.Since(start).Round(time.Millisecond))
+
+	client = callerTLS(theRig.CallerCerts())
+	for _, name := range theRig.ClusterNames() {
+		for _, addr := range theRig.CallerAddrs(name) {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(client)),
+				// Back soon after an allocator is: on kind an API-server
+				// restart restarts the allocators too, and grpc's default
+				// backoff would keep the callers away for up to two
+				// minutes after.
+				grpc.WithConnectParams(grpc.ConnectParams{
+					Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+					MinConnectTimeout: 5 * time.Second,
+				}))
+			Expect(err).NotTo(HaveOccurred())
+			conns[name] = append(conns[name], conn)
+		}
+		cfg, err := theRig.RESTConfig(name)
+		Expect(err).NotTo(HaveOccurred())
+		dynamics[name], err = dynamic.NewForConfig(cfg)
+		Expect(err).NotTo(HaveOccurred())
+		clientsets[name], err = kubernetes.NewForConfig(cfg)
+		Expect(err).NotTo(HaveOccurred())
+	}
+}, NodeTimeout(setupTimeout()))
+
+// providerEnv chooses the rig's provider: local (the default) or kind.
+const providerEnv = "QM_E2E_PROVIDER"
+
+func provider() string {
+	if p := os.Getenv(providerEnv); p != "" {
+		return p
+	}
+	return rig.ProviderLocal
+}
+
+// setupTimeout bounds bringing the rig up: a minute or so locally; on
+// kind, building the image and creating a cluster per topology cluster.
+func setupTimeout() time.Duration {
+	if provider() == rig.ProviderKind {
+		return 30 * time.Minute
+	}
+	return 5 * time.Minute
+}
+
+// upLocal brings the rig up on this machine: etcd and kube-apiserver
+// processes, the qm of this tree as allocators and fleet agents.
+func upLocal(ctx context.Context, top *rig.Topology) rig.Handle {
 	binDir, err := kindcluster.DefaultBinDir()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(kindcluster.CheckBinaries(binDir, kindcluster.EtcdBinary, kindcluster.APIServerBinary)).To(Succeed())
@@ -68,42 +149,14 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go build ./cmd/qm: %s", out)
 
-	top, err := rig.Load("testdata/topology.yaml")
-	Expect(err).NotTo(HaveOccurred())
-	start := time.Now()
-	theRig, err = rig.Up(ctx, top, rig.Options{
+	r, err := rig.Up(ctx, top, rig.Options{
 		Dir: filepath.Join(GinkgoT().TempDir(), "rig"), QM: qm, BinDir: binDir, Log: GinkgoWriter,
 	})
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() {
-		if out := os.Getenv("QM_E2E_OUT"); out != "" {
-			Expect(measured.write(out)).To(Succeed())
-			GinkgoWriter.Printf("results: %s\n", out)
-		}
-		for _, cs := range conns {
-			for _, c := range cs {
-				c.Close()
-			}
-		}
-		Expect(theRig.Stop()).To(Succeed())
-	})
-	GinkgoWriter.Printf("rig up in %v\n", time.Since(start).Round(time.Millisecond))
+	return r
+}
 
-	client = callerTLS(theRig.Certs)
-	for _, c := range theRig.Clusters {
-		for _, addr := range theRig.CallerAddrs(c.Name) {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(client)))
-			Expect(err).NotTo(HaveOccurred())
-			conns[c.Name] = append(conns[c.Name], conn)
-		}
-	}
-}, NodeTimeout(5*time.Minute))
-
-func callerTLS(l interface {
-	ClientCert(string) string
-	ClientKey(string) string
-	CACert() string
-}) *tls.Config {
+func callerTLS(l certs.Layout) *tls.Config {
 	cert, err := tls.LoadX509KeyPair(l.ClientCert(rig.CallerIdentity), l.ClientKey(rig.CallerIdentity))
 	Expect(err).NotTo(HaveOccurred())
 	ca, err := os.ReadFile(l.CACert())
@@ -140,7 +193,7 @@ func clusterOf(entry string, resp *allocation.AllocationResponse) string {
 	if resp.GetSource() == "local" {
 		return entry
 	}
-	for _, l := range theRig.Proxies.All() {
+	for _, l := range theRig.Links().All() {
 		if l.Addr() == resp.GetSource() {
 			return l.To
 		}
@@ -151,8 +204,7 @@ func clusterOf(entry string, resp *allocation.AllocationResponse) string {
 // allocatedOn lists the names of the Allocated GameServers on a cluster's
 // API server.
 func allocatedOn(ctx context.Context, cluster string) []string {
-	dc, err := theRig.Cluster(cluster).Kube.Dynamic()
-	Expect(err).NotTo(HaveOccurred())
+	dc := dynamics[cluster]
 	list, err := dc.Resource(gameServers).Namespace("default").List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	var out []string
@@ -165,8 +217,7 @@ func allocatedOn(ctx context.Context, cluster string) []string {
 }
 
 func readyOn(ctx context.Context, cluster string) int {
-	dc, err := theRig.Cluster(cluster).Kube.Dynamic()
-	Expect(err).NotTo(HaveOccurred())
+	dc := dynamics[cluster]
 	list, err := dc.Resource(gameServers).Namespace("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0
@@ -183,28 +234,32 @@ func readyOn(ctx context.Context, cluster string) int {
 // releaseAll gives back every allocation on every cluster (the callers'
 // identity is an admin on the rig) and waits for the fleets to be whole.
 func releaseAll(ctx context.Context) {
-	for _, c := range theRig.Clusters {
-		admin := qmv1.NewAllocationAdminClient(conns[c.Name][0])
-		list, err := admin.List(ctx, &qmv1.ListRequest{AllOwners: true})
-		Expect(err).NotTo(HaveOccurred())
+	for _, c := range theRig.ClusterNames() {
+		admin := qmv1.NewAllocationAdminClient(conns[c][0])
+		// Eventually: after a restart the callers' connection may still
+		// be waiting to reconnect.
+		var list *qmv1.ListResponse
+		Eventually(func(ctx context.Context) (err error) {
+			list, err = admin.List(ctx, &qmv1.ListRequest{AllOwners: true})
+			return err
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 		for _, a := range list.GetAllocations() {
 			_, err := admin.Release(ctx, &qmv1.ReleaseRequest{Namespace: a.GetNamespace(), GameServerName: a.GetGameServerName()})
 			Expect(err).NotTo(HaveOccurred())
 		}
 	}
-	for _, c := range theRig.Clusters {
-		Eventually(func(ctx context.Context) int { return readyOn(ctx, c.Name) }).WithContext(ctx).
-			WithTimeout(2*time.Minute).WithPolling(250*time.Millisecond).Should(BeNumerically(">=", fleetSize), "cluster %s Ready", c.Name)
-		Eventually(func(ctx context.Context) []string { return allocatedOn(ctx, c.Name) }).WithContext(ctx).
+	for _, c := range theRig.ClusterNames() {
+		Eventually(func(ctx context.Context) int { return readyOn(ctx, c) }).WithContext(ctx).
+			WithTimeout(2*time.Minute).WithPolling(250*time.Millisecond).Should(BeNumerically(">=", fleetSize), "cluster %s Ready", c)
+		Eventually(func(ctx context.Context) []string { return allocatedOn(ctx, c) }).WithContext(ctx).
 			WithTimeout(time.Minute).Should(BeEmpty())
 	}
 }
 
 func scaleFleet(ctx context.Context, cluster string, replicas int) {
-	dc, err := theRig.Cluster(cluster).Kube.Dynamic()
-	Expect(err).NotTo(HaveOccurred())
+	dc := dynamics[cluster]
 	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
-	_, err = dc.Resource(fleetsGVR).Namespace("default").Patch(ctx, "game", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := dc.Resource(fleetsGVR).Namespace("default").Patch(ctx, "game", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	// Exactly: a fleet scaled down still has its extra servers until the
 	// agent has deleted them.
@@ -213,8 +268,7 @@ func scaleFleet(ctx context.Context, cluster string, replicas int) {
 }
 
 func countOn(ctx context.Context, cluster string) int {
-	dc, err := theRig.Cluster(cluster).Kube.Dynamic()
-	Expect(err).NotTo(HaveOccurred())
+	dc := dynamics[cluster]
 	list, err := dc.Resource(gameServers).Namespace("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return -1
@@ -223,18 +277,13 @@ func countOn(ctx context.Context, cluster string) int {
 }
 
 // metric reads the sum of a counter's samples whose labels include every
-// one of want, from an allocator's /metrics.
-func metric(ctx context.Context, httpAddr, name string, want ...string) float64 {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
-	Expect(err).NotTo(HaveOccurred())
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
+// one of want, over every allocator replica of a cluster.
+func metric(ctx context.Context, cluster, name string, want ...string) float64 {
+	text, err := theRig.Metrics(ctx, cluster)
 	Expect(err).NotTo(HaveOccurred())
 	sum := 0.0
 lines:
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}

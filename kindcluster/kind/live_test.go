@@ -22,9 +22,10 @@ import (
 )
 
 // LiveEnv turns TestKindRig on where Docker and kind's node image exist
-// (make e2e-multicluster PROVIDER=kind sets it): it builds the image and
-// makes real kind clusters, minutes of work that `go test ./...` must not
-// start on its own.
+// (QM_KIND_E2E=1 go test -run TestKindRig ./kindcluster/kind/): it builds
+// the image and makes real kind clusters, minutes of work that `go test
+// ./...` must not start on its own. It is the quick check of the provider
+// alone; make e2e-multicluster PROVIDER=kind runs the whole e2e suite.
 const LiveEnv = "QM_KIND_E2E"
 
 // TestKindRig brings the example rig up on kind and checks burst to cloud
