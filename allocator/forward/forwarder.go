@@ -90,6 +90,7 @@ type Forwarder struct {
 	log         *slog.Logger
 	m           *metrics
 	clients     *clients
+	windows     *windows // the policies in force now (window.go)
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -155,6 +156,11 @@ func New(o Options) (*Forwarder, error) {
 	}
 	f.clients = newClients(f.tryTimeout, o.DialOptions)
 	f.probeCtx, f.stopProbes = context.WithCancel(context.Background())
+	w, err := newWindows(f.src, f.clock, f.log, o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	f.windows = w
 	return f, nil
 }
 
@@ -167,6 +173,7 @@ func (f *Forwarder) Close() {
 	f.closeOnce.Do(func() {
 		f.stopProbes()
 		f.probers.Wait()
+		f.windows.close()
 		f.clients.close()
 	})
 }
@@ -300,12 +307,10 @@ func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationReque
 		ns = core.DefaultNamespace
 	}
 	selector := in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()
-	all := f.src.Policies(ns)
-	selected := core.SelectPolicies(all, selector)
-	if len(selected) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument,
-			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector %s (%d policies in that namespace)",
-			ns, formatSelector(selector), len(all))
+	// The policies in force now, one snapshot per request (window.go).
+	selected, err := f.policiesInForce(ns, selector)
+	if err != nil {
+		return nil, err
 	}
 	order := core.OrderClusters(selected, seed)
 	hops := strings.Join(append(hopsOf(ctx), f.self), ",")
