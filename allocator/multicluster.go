@@ -10,6 +10,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
@@ -18,9 +19,12 @@ import (
 // clusters by their GameServerAllocationPolicies; forward.Forwarder is the
 // one implementation.
 type MultiCluster interface {
-	// Allocate serves the request, calling local for entries of this
-	// cluster; seed orders clusters of equal priority.
-	Allocate(ctx context.Context, in *allocation.AllocationRequest, seed uint64, local forward.Local) (*allocation.AllocationResponse, error)
+	// AllocateFor serves identity's request, calling local for entries
+	// of this cluster; seed orders clusters of equal priority.
+	AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, seed uint64, local forward.Local) (*allocation.AllocationResponse, error)
+	// Release gives back, for identity, a server a request was forwarded
+	// for: at the remote allocator in.Source names.
+	Release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error)
 	// Crossed refuses a call that already passed through this allocator
 	// (a forwarding loop), whether or not it asks for multi-cluster.
 	Crossed(ctx context.Context) error
@@ -69,7 +73,7 @@ func (s *Service) multiCluster(ctx context.Context, identity, ns string, in *all
 		}
 		return resp, err
 	}
-	resp, err := s.multi.Allocate(ctx, in, s.seed(), local)
+	resp, err := s.multi.AllocateFor(ctx, identity, in, s.seed(), local)
 	if err != nil {
 		return ns, "", nil, retries, err
 	}
@@ -93,4 +97,21 @@ func namespaceAllowed(l *limiter, identity, ns string) error {
 		return status.Error(codes.PermissionDenied, fmt.Sprintf("identity %q may not allocate in namespace %q (allowed: %s)", identity, ns, strings.Join(h.limits.Namespaces, ", ")))
 	}
 	return nil
+}
+
+// releaseElsewhere serves a Release whose source names another cluster's
+// allocator (a server a multi-cluster request was forwarded for): the
+// forwarder passes it on there. ok is false for a Release of a server of
+// this allocator's own (no source, or local).
+func (s *Service) releaseElsewhere(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (_ *qmv1.ReleaseResponse, ok bool, _ error) {
+	src := in.GetSource()
+	if src == "" || src == wire.SourceLocal {
+		return nil, false, nil
+	}
+	if s.multi == nil {
+		return nil, true, status.Errorf(codes.InvalidArgument,
+			"source %q names another allocator, but this one forwards to none (it has no multi-cluster policies): release the server at the allocator that made it, or leave source empty", src)
+	}
+	resp, err := s.multi.Release(ctx, identity, in)
+	return resp, true, err
 }

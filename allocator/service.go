@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
@@ -469,6 +470,9 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	if resp, elsewhere, err := s.releaseElsewhere(ctx, identity, in); elsewhere {
+		return resp, err
+	}
 	gs, ok := s.backend.Get(key)
 	// The same answer for "no such server" and "someone else's", so that a
 	// caller cannot probe for others' allocations.
@@ -478,6 +482,11 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	}
 	owner := gs.Annotations[OwnerAnnotation]
 	if owner != identity && !s.limits.Load().isAdmin(identity) {
+		return nil, notYours
+	}
+	// A Release another allocator forwarded gives back only what was
+	// allocated for the caller it forwards for (forward.ReleasedFor).
+	if !forward.ReleasedFor(ctx, gs) {
 		return nil, notYours
 	}
 	stamp := gs.Annotations[core.LastAllocatedAnnotation]

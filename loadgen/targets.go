@@ -189,7 +189,7 @@ func (g *grpcCaller) Call(ctx context.Context) (codes.Code, *Session) {
 }
 
 func (g *grpcCaller) Release(ctx context.Context, s *Session) error {
-	_, err := g.admin[g.pick()].Release(ctx, &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name})
+	_, err := g.admin[g.pick()].Release(ctx, &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name, Source: s.Source})
 	return err
 }
 
@@ -313,7 +313,7 @@ func (r *restCaller) Call(ctx context.Context) (codes.Code, *Session) {
 }
 
 func (r *restCaller) Release(ctx context.Context, s *Session) error {
-	body, err := wire.MarshalJSON(&qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name})
+	body, err := wire.MarshalJSON(&qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name, Source: s.Source})
 	if err != nil {
 		return err
 	}

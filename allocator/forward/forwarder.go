@@ -292,8 +292,16 @@ func (t try) String() string {
 // Allocate serves a request with multiClusterSetting.enabled: the policies
 // of its namespace that its policySelector matches, in core.OrderClusters
 // order for seed, each cluster until one allocates. local serves local
-// entries. Errors are gRPC status errors.
+// entries. Errors are gRPC status errors. The remote allocators are not
+// told whom the request is for (AllocateFor does tell them).
 func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationRequest, seed uint64, local Local) (*allocation.AllocationResponse, error) {
+	return f.AllocateFor(ctx, "", in, seed, local)
+}
+
+// AllocateFor is Allocate for the caller identity: the servers remote
+// allocators make carry it (ForwardedForAnnotation), so that the caller,
+// and no other caller of this allocator, can Release them through it.
+func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, seed uint64, local Local) (*allocation.AllocationResponse, error) {
 	if err := f.Crossed(ctx); err != nil {
 		return nil, err
 	}
@@ -330,7 +338,7 @@ func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationReque
 		if p.Connection.IsLocal() {
 			resp, t = f.tryLocal(ctx, p, in, ns, local)
 		} else {
-			resp, t = f.tryRemote(ctx, p, in, ns, hops)
+			resp, t = f.tryRemote(ctx, p, in, ns, hops, identity)
 		}
 		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
 		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
@@ -397,7 +405,7 @@ func (f *Forwarder) tryLocal(ctx context.Context, p core.Policy, in *allocation.
 // moves to the next endpoint; a round in which no endpoint answered is
 // repeated after a backoff while retries and the caller's deadline allow.
 // Any answer from an allocator ends the cluster's turn at once.
-func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, ns, hops string) (*allocation.AllocationResponse, try) {
+func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, ns, hops, identity string) (*allocation.AllocationResponse, try) {
 	t := try{cluster: p.Connection.ClusterName, where: where(p)}
 	misconfig := func(format string, args ...any) (*allocation.AllocationResponse, try) {
 		t.out, t.code = outMisconfig, codes.FailedPrecondition
@@ -426,6 +434,7 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		target = p.Connection.Namespace
 	}
 	req := ForwardRequest(in, target)
+	forwardedFor(req, identity) // see release.go
 	octx := metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
 
 	var last []string

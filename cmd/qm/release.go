@@ -53,6 +53,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	in := &qmv1.ReleaseRequest{}
 	fs.StringVar(&in.Namespace, "namespace", "", "the game server's namespace (default: \"default\")")
 	fs.StringVar(&in.GameServerName, "name", "", "the game server to give back (required)")
+	fs.StringVar(&in.Source, "source", "", "the allocation's \"source\" when a multi-cluster request was forwarded: the allocator you call passes the Release on to that one")
 	usage, ok, err := parseFlags("release", "usage: qm release --name GAMESERVER [flags]\n\nGives an allocation back: the game server is shut down and replaced.\n\nflags:\n", fs, args, stdout, stderr)
 	if !ok {
 		return err
