@@ -84,7 +84,9 @@ const replayRequest = `{"namespace":"default",
 // `qm load --trace` at twice what on-prem's servers hold, so about half of
 // the requests burst to the cloud; then `qm sim --replay` runs the trace
 // against a scenario of the same three clusters. The cluster shares the
-// live run recorded and the replay's agree within 5 points.
+// live run recorded and the replay's agree within 5 points. The on-prem
+// allocator records its own trace (qm serve --trace) of the same run,
+// which shows the same shares and replays within 5 points too.
 func TestReplayReproducesLiveShares(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three qm serve processes and drives 15 s of load")
@@ -108,6 +110,7 @@ func TestReplayReproducesLiveShares(t *testing.T) {
 	if err != nil {
 		t.Fatalf("secret.sh: %v", err)
 	}
+	serveTrace := filepath.Join(dir, "onprem.jsonl")
 	names := []string{"onprem", "cloud-a", "cloud-b"}
 	fixed := map[string]string{"onprem": "127.0.0.1:8443", "cloud-a": "127.0.0.1:8444", "cloud-b": "127.0.0.1:8445"}
 	addr := map[string]string{}
@@ -136,10 +139,15 @@ func TestReplayReproducesLiveShares(t *testing.T) {
 			t.Fatal(err)
 		}
 		ready := filepath.Join(dir, n+"-ready.json")
-		p := startQM(t, "serve", "--addr", addr[n], "--http-addr", "", "--log-format", "json", "--log-level", "error",
+		args := []string{"serve", "--addr", addr[n], "--http-addr", "", "--log-format", "json", "--log-level", "error",
 			"--tls-dir", filepath.Join(certsDir, "server"), "--client-ca-dir", filepath.Join(certsDir, "client-ca"),
-			"--fleets", fleets, "--policies", policies, "--cluster-name", n, "--ready-file", ready)
-		waitReady(t, p, ready)
+			"--fleets", fleets, "--policies", policies, "--cluster-name", n, "--ready-file", ready}
+		if n == "onprem" {
+			// The allocator records too: the requests as it received
+			// them, the clusters by their policies' names.
+			args = append(args, "--trace", serveTrace)
+		}
+		waitReady(t, startQM(t, args...), ready)
 	}
 
 	reqFile := filepath.Join(dir, "request.json")
@@ -226,5 +234,48 @@ func TestReplayReproducesLiveShares(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "cluster shares, recorded in the trace and replayed") || !strings.Contains(stderr, fmt.Sprintf("replay: %d requests", requests)) {
 		t.Errorf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+
+	// The allocator's own trace: every request qm load sent, recorded
+	// where it arrived (written off the request path, so give the writer
+	// a moment), with the clusters under their policies' names.
+	var srecs []trace.Record
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if srecs, err = trace.ReadFiles(serveTrace); err == nil && len(srecs) >= requests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("qm serve --trace holds %d records (%v); qm load sent %d", len(srecs), err, requests)
+		}
+	}
+	counts := map[string]int{}
+	for _, r := range srecs {
+		if r.Allocated() {
+			counts[r.Cluster]++
+		}
+	}
+	for _, c := range names {
+		if got, want := float64(counts[c])/float64(allocated), live[c]; got != want {
+			t.Errorf("%s: the allocator's trace has a share of %.3f, qm load's %.3f", c, got, want)
+		}
+	}
+	out2 := filepath.Join(dir, "replay-serve.json")
+	code, stdout, stderr = runQM("sim", "--replay", serveTrace, scFile, "--out", out2)
+	if code != 0 {
+		t.Fatalf("qm sim --replay (the allocator's trace): exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if b, err = os.ReadFile(out2); err != nil {
+		t.Fatal(err)
+	}
+	var rep2 scenarios.Report
+	if err := json.Unmarshal(b, &rep2); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range names {
+		sim := rep2.Results.Clusters[c].Share
+		t.Logf("%-8s live %5.1f%%  replay of the allocator's trace %5.1f%%", c, 100*live[c], 100*sim)
+		if d := sim - live[c]; d > 0.05 || d < -0.05 {
+			t.Errorf("%s: replayed share %.1f%% (allocator's trace), live %.1f%%: more than 5 points apart", c, 100*sim, 100*live[c])
+		}
 	}
 }

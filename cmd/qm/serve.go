@@ -75,6 +75,7 @@ type serveFlags struct {
 	fleets, limits           string
 	templates                string
 	multi                    multiClusterFlags
+	trace                    traceFlags
 	unallocated              string
 	logFormat, logLevel      string
 	seed                     uint64
@@ -111,6 +112,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	f.replica.register(fs)
 	fs.StringVar(&f.fleets, "fleets", "", "fleets file (YAML, kind: Fleets) for the memory backend (default: built-in demo fleets)")
 	f.multi.register(fs)
+	f.trace.register(fs)
 	fs.StringVar(&f.limits, "limits", "", "identity limits file (YAML, kind: AllocatorLimits), re-read every 2s so edits apply without a restart; without it every identity may allocate anywhere")
 	fs.StringVar(&f.templates, "templates", "", "game server templates file (YAML, kind: GameServerTemplates) for the AllocationAdmin API's Create (qm create), re-read every 2s; without it Create has no templates")
 	fs.StringVar(&f.unallocated, "unallocated-code", "ResourceExhausted", "gRPC code for \"nothing matches\" (Agones' UnAllocated)")
@@ -282,6 +284,11 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	if err != nil {
 		return err
 	}
+	stopTrace, err := f.trace.start(svc, reg, f.multi.clusterName, log)
+	if err != nil {
+		return err
+	}
+	defer stopTrace()
 	srv, err := allocator.NewServer(allocator.ServerOptions{
 		Service: svc, TLS: tlsSrv, Addr: f.addr, RESTAddr: f.restAddr, HTTPAddr: f.httpAddr,
 		Gatherer: reg, Logger: log, MaxRequestBytes: f.maxRequestBytes,

@@ -1,0 +1,171 @@
+package allocator
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/trace"
+)
+
+// Tracer records every allocation request the service answers as a line of
+// a trace (package trace; `qm serve --trace`): when it arrived, the request
+// as Agones' JSON, the answer's code, the server and the cluster that
+// allocated it (this one, or the policy's cluster a forwarded request
+// went to), the latency and the conflicts retried. Multi-cluster requests
+// are recorded once, where they arrived; a cluster they were forwarded to
+// records them as it received them, if it traces too.
+//
+// The request path only copies a few words into a bounded queue (no heap
+// allocation; nothing at all without a tracer); encoding and writing
+// happen on the tracer's goroutine. When the disk falls behind and the
+// queue is full, records are dropped and counted
+// (qm_trace_dropped_total), never the allocation delayed.
+type Tracer struct {
+	a       *trace.Async[traceItem]
+	cluster string
+	records prometheus.CounterFunc
+	dropped prometheus.CounterFunc
+	failed  prometheus.CounterFunc
+}
+
+// traceItem is what the request path hands over: pointers and values it
+// already holds. The request message is not changed after its answer, and
+// game servers are immutable once allocated (core copies to change one).
+type traceItem struct {
+	at      time.Time
+	latency time.Duration
+	req     *allocation.AllocationRequest
+	gs      *core.GameServer // a local allocation
+	name    string           // a forwarded allocation's server
+	source  string           // its cluster, "" for this one
+	code    codes.Code
+	retries int
+}
+
+// TracerOptions configure NewTracer.
+type TracerOptions struct {
+	// Path is the trace file; Writer bounds its size on disk.
+	Path   string
+	Writer trace.WriterOptions
+	// Cluster is this allocator's cluster name, recorded for the
+	// allocations it makes itself ("local" when empty).
+	Cluster string
+	// Queue is how many records may wait for the disk (default 16384).
+	Queue int
+	// OnError is told of the first write error (a full disk); later ones
+	// are counted in qm_trace_failed_total.
+	OnError func(error)
+}
+
+// NewTracer creates the trace file and starts its writer.
+func NewTracer(o TracerOptions) (*Tracer, error) {
+	w, err := trace.NewWriter(o.Path, o.Writer)
+	if err != nil {
+		return nil, err
+	}
+	if o.Queue <= 0 {
+		o.Queue = 16384
+	}
+	t := &Tracer{cluster: o.Cluster}
+	if t.cluster == "" {
+		t.cluster = wire.SourceLocal
+	}
+	t.a = trace.NewAsync(w, o.Queue, t.record, o.OnError)
+	t.records = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "qm_trace_records_total", Help: "Allocation requests written to the trace (qm serve --trace).",
+	}, func() float64 { return float64(t.a.Written()) })
+	t.dropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "qm_trace_dropped_total", Help: "Allocation requests left out of the trace because its queue was full (the disk fell behind).",
+	}, func() float64 { return float64(t.a.Dropped()) })
+	t.failed = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "qm_trace_failed_total", Help: "Trace records the writer could not write (a full or failing disk).",
+	}, func() float64 { return float64(t.a.Failed()) })
+	return t, nil
+}
+
+// Register adds the tracer's metrics to reg.
+func (t *Tracer) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{t.records, t.dropped, t.failed} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Dropped is how many records the full queue cost.
+func (t *Tracer) Dropped() uint64 { return t.a.Dropped() }
+
+// Close writes what is queued and closes the file; call it once the server
+// has stopped answering.
+func (t *Tracer) Close() error { return t.a.Close() }
+
+// SetTracer starts (or, with nil, stops) recording the requests answered
+// from now on. The caller closes a tracer it replaces.
+func (s *Service) SetTracer(t *Tracer) { s.tracer.Store(t) }
+
+// trace hands one answered request to the tracer, if there is one. gs is
+// the server of a local allocation (Allocate's gRPC answer carries no
+// response message); resp the answer otherwise.
+func (s *Service) trace(start time.Time, in *allocation.AllocationRequest, gs *core.GameServer, resp *allocation.AllocationResponse, retries int, err error) {
+	t := s.tracer.Load()
+	if t == nil {
+		return
+	}
+	it := traceItem{at: start, latency: time.Since(start), req: in, gs: gs, retries: retries}
+	if err != nil {
+		it.code = status.Code(err)
+	} else if gs == nil && resp != nil {
+		it.name = resp.GetGameServerName()
+		if src := s.source(resp); src != wire.SourceLocal {
+			it.source = src
+		}
+	}
+	t.a.Add(it)
+}
+
+// traceJSON writes requests as Agones' REST JSON with only the fields set:
+// wire's REST codec lists every field, which would double a trace's size
+// for nothing a reader needs.
+var traceJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+// record turns an item into a record, on the writer's goroutine.
+func (t *Tracer) record(it *traceItem, r *trace.Record) {
+	r.At = it.at.UTC()
+	r.Outcome = it.code.String()
+	r.LatencyMs = trace.Ms(it.latency)
+	r.Retries = it.retries
+	if b, err := traceJSON.Marshal(it.req); err == nil {
+		// protojson varies its white space on purpose; a trace line
+		// wants none.
+		var buf bytes.Buffer
+		if json.Compact(&buf, b) == nil {
+			r.Request = buf.Bytes()
+		}
+	}
+	if len(r.Request) == 0 {
+		r.Request = json.RawMessage("{}")
+	}
+	ns := it.req.GetNamespace()
+	if ns == "" {
+		ns = core.DefaultNamespace
+	}
+	switch {
+	case it.gs != nil:
+		r.Cluster, r.GameServer = t.cluster, it.gs.Namespace+"/"+it.gs.Name
+	case it.code == codes.OK && it.name != "":
+		r.Cluster, r.GameServer = it.source, ns+"/"+it.name
+		if r.Cluster == "" {
+			r.Cluster = t.cluster
+		}
+	}
+}
