@@ -2,6 +2,8 @@ package kind
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,6 +21,10 @@ import (
 // deploy/allocator.yaml (edits to the real one must not churn the record).
 func dryOptions(t *testing.T, runner Runner) Options {
 	t.Helper()
+	// The host address as a dry run finds it by default, whatever this
+	// shell says.
+	t.Setenv(HostAddressEnv, "")
+	t.Setenv(LinkListenEnv, "")
 	repo := filepath.Join(t.TempDir(), "repo")
 	if err := os.MkdirAll(filepath.Join(repo, "deploy"), 0o755); err != nil {
 		t.Fatal(err)
@@ -71,6 +77,22 @@ func TestDryRunUpDown(t *testing.T) {
 	}
 	if got, want := r.Clusters[1].CallerAddr, "127.0.0.1:38444"; got != want {
 		t.Errorf("cloud's caller address %s, want %s", got, want)
+	}
+	// The allocators are dialled at the links on the gateway: their
+	// certificate, reissued once the gateway was known, must say so.
+	pemCert, err := os.ReadFile(r.Certs.ServerCert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemCert)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range []string{"172.18.0.1", "127.0.0.1", NodeHost("cloud")} {
+		if err := cert.VerifyHostname(host); err != nil {
+			t.Errorf("server certificate: %v", err)
+		}
 	}
 
 	down := &DryRun{}

@@ -170,9 +170,10 @@ func (r *Rig) link() error {
 	return nil
 }
 
-// Environment variables that set HostAddress and LinkListen for the e2e
+// Environment variables that set HostAddress and LinkListen where the
+// caller left them empty: for `qm cluster up --provider kind`, the e2e
 // suite and TestKindRig (make e2e-multicluster PROVIDER=kind
-// KIND_HOST_ADDRESS=... KIND_LINK_LISTEN=...).
+// KIND_HOST_ADDRESS=... KIND_LINK_LISTEN=... sets them).
 const (
 	HostAddressEnv = "QM_KIND_HOST_ADDRESS"
 	LinkListenEnv  = "QM_KIND_LINK_LISTEN"

@@ -1,6 +1,11 @@
 package kind
 
 import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -94,5 +99,49 @@ func TestLinkEndpoints(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHostAddressFromEnvironment: a host address from the environment
+// (Docker Desktop's name here) is used as given: Docker is not asked, the
+// links listen on every interface and are dialled by the name, the
+// policies name it, and the allocators' certificate is valid for it.
+func TestHostAddressFromEnvironment(t *testing.T) {
+	top := loadExample(t)
+	dry := &DryRun{}
+	opts := dryOptions(t, dry)
+	t.Setenv(HostAddressEnv, "host.docker.internal")
+	r, err := Up(context.Background(), top, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := strings.Join(dry.Steps(), "\n")
+	if strings.Contains(steps, "network inspect") {
+		t.Errorf("Docker was asked for the gateway although the environment gave the address:\n%s", steps)
+	}
+	if want := "# link on-prem -> cloud: listen 0.0.0.0:39444, dialled as host.docker.internal:39444 -> 127.0.0.1:38444"; !strings.Contains(steps, want) {
+		t.Errorf("no %q in:\n%s", want, steps)
+	}
+	policies, err := os.ReadFile(filepath.Join(opts.Dir, "on-prem", "manifests", "40-policies.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(policies), "- host.docker.internal:39444") {
+		t.Errorf("on-prem's policies do not name the link by the host name:\n%s", policies)
+	}
+	pemCert, err := os.ReadFile(r.Certs.ServerCert())
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemCert)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.VerifyHostname("host.docker.internal"); err != nil {
+		t.Errorf("the allocators' certificate: %v", err)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
 	}
 }

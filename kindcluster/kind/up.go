@@ -48,13 +48,13 @@ type Options struct {
 	// uses the next i-th (defaults DefaultAPIServerPort, DefaultCallerPort).
 	APIServerPort, CallerPort int
 	// HostAddress is the address kind's pods reach this host by, where the
-	// links between clusters listen (see links.go). Default: the gateway
-	// of kind's Docker network, asked of Docker once the first cluster
-	// (and so the network) exists; on Docker Desktop set
-	// host.docker.internal.
+	// links between clusters listen (see links.go). Default:
+	// $QM_KIND_HOST_ADDRESS, else the gateway of kind's Docker network,
+	// asked of Docker once the first cluster (and so the network) exists;
+	// on Docker Desktop set host.docker.internal.
 	HostAddress string
 	// LinkListen is the address the links between clusters listen on
-	// (default LinkListen(HostAddress)).
+	// (default $QM_KIND_LINK_LISTEN, else LinkListen(HostAddress)).
 	LinkListen string
 	// LinkPort is the first host port of the links between clusters
 	// (default DefaultLinkPort; n*n ports from there for n clusters).
@@ -92,9 +92,19 @@ func (o *Options) defaults() {
 	}
 }
 
-// resolve fills in what needs the file system: the repository and kubectl.
+// resolve fills in what needs the file system or the environment: the
+// repository, kubectl, and the host address and link listener where the
+// environment sets them (HostAddressEnv, LinkListenEnv), so `qm cluster up
+// --provider kind` and the tests can be pointed at Docker Desktop's host
+// name without a flag of their own.
 func (o *Options) resolve() error {
 	o.defaults()
+	if o.HostAddress == "" {
+		o.HostAddress = os.Getenv(HostAddressEnv)
+	}
+	if o.LinkListen == "" {
+		o.LinkListen = os.Getenv(LinkListenEnv)
+	}
 	if o.RepoDir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
