@@ -1,17 +1,23 @@
 package allocator
 
 import (
+	"context"
+	"errors"
+	"time"
+
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // codec is the gRPC server's codec: grpc-go's own protobuf codec, except
-// that allocation answers, the one message sent per allocation, are
-// written by hand: a local allocation's straight from the game server
+// that allocation requests are read by hand (Unmarshal) and allocation
+// answers, the one message sent per allocation, are written by hand: a local allocation's straight from the game server
 // (wire.AppendGameServerResponse, see localAnswer), a forwarded one's by
 // wire.AppendResponse. The proto library encodes their label and
 // annotation maps through reflection, with heap allocations per entry; on
@@ -51,7 +57,60 @@ func encoded(size int, appendTo func([]byte) []byte) mem.BufferSlice {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }
 
-func (c *codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+// Unmarshal decodes an allocation request into a *decodedRequest by hand
+// (wire.DecodeRequest: straight into the core's Request, without the
+// AllocationRequest and its maps), and everything else with the proto
+// library. Bytes that are not an AllocationRequest are an error here, as
+// the proto library's would be (gRPC answers Internal); a request the
+// conversion refuses is not: the service answers it with InvalidArgument.
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	d, ok := v.(*decodedRequest)
+	if !ok {
+		return c.proto.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	d.req, d.err = wire.DecodeRequest(b)
+	if errors.Is(d.err, wire.ErrMalformed) {
+		return d.err
+	}
+	if d.err == nil && d.req.MultiCluster.Enabled {
+		// Forwarding sends the request on as it came.
+		d.in = new(allocation.AllocationRequest)
+		return proto.Unmarshal(b, d.in)
+	}
+	return nil
+}
+
+// decodedRequest is an allocation request as the codec decodes it for
+// allocateDirect: the core's Request (or the conversion's error, with only
+// the namespace in req), and the request as sent only when it is a
+// multi-cluster one.
+type decodedRequest struct {
+	req core.Request
+	err error
+	in  *allocation.AllocationRequest
+}
 
 // Name is the proto codec's: the content-subtype is unchanged on the wire.
 func (c *codec) Name() string { return protocodec.Name }
+
+// allocateDecoded is allocateAnswer for a request the codec decoded (see
+// decodedRequest). It is not traced: allocateDirect takes allocateAnswer's
+// way while a tracer is set.
+func (s *Service) allocateDecoded(ctx context.Context, identity string, d *decodedRequest) (any, error) {
+	start := time.Now()
+	s.metrics.InFlight.Inc()
+	defer s.metrics.InFlight.Dec()
+
+	ns, fleet, gs, resp, retries, err := s.allocateRequest(ctx, identity, d.req.Namespace, d.in, d.req, d.err)
+	s.observe(ctx, identity, start, ns, fleet, s.source(resp), retries, err)
+	switch {
+	case err != nil:
+		return nil, err
+	case gs != nil:
+		return &localAnswer{gs: gs}, nil
+	}
+	return resp, nil
+}

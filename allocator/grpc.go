@@ -34,20 +34,35 @@ func registerGRPCDirect(s *grpc.Server, svc *Service, t *mtls.Server) {
 	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
 }
 
-// allocateDirect is the generated Allocate handler with the answer left
-// to the codec (see localAnswer).
+// allocateDirect is the generated Allocate handler with the request read
+// by the codec straight into the core's form (see decodedRequest) and the
+// answer left to the codec (see localAnswer). While a tracer records
+// requests as sent, they are decoded as AllocationRequests instead.
 func allocateDirect(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	in := new(allocation.AllocationRequest)
+	g := srv.(*grpcAllocation)
+	var in any
+	var call grpc.UnaryHandler
+	if g.svc.tracer.Load() != nil {
+		in = new(allocation.AllocationRequest)
+		call = func(ctx context.Context, req any) (any, error) {
+			id, err := identify(g.tls, ctx)
+			if err != nil {
+				return nil, err
+			}
+			return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
+		}
+	} else {
+		in = new(decodedRequest)
+		call = func(ctx context.Context, req any) (any, error) {
+			id, err := identify(g.tls, ctx)
+			if err != nil {
+				return nil, err
+			}
+			return g.svc.allocateDecoded(ctx, id, req.(*decodedRequest))
+		}
+	}
 	if err := dec(in); err != nil {
 		return nil, err
-	}
-	g := srv.(*grpcAllocation)
-	call := func(ctx context.Context, req any) (any, error) {
-		id, err := identify(g.tls, ctx)
-		if err != nil {
-			return nil, err
-		}
-		return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
 	}
 	if interceptor == nil {
 		return call(ctx, in)

@@ -231,16 +231,25 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 // allocateAny serves one request: the server when this allocator
 // allocated it, the response when it was forwarded.
 func (s *Service) allocateAny(ctx context.Context, identity string, in *allocation.AllocationRequest) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
-	ns = in.GetNamespace()
+	req, err := wire.RequestToCore(in)
+	return s.allocateRequest(ctx, identity, in.GetNamespace(), in, req, err)
+}
+
+// allocateRequest is allocateAny for a request already in the core's form:
+// req, or convErr if the conversion refused it; sent is the namespace as
+// sent. in, the request as sent, is read only to forward a multi-cluster
+// request (the gRPC server's codec decodes it only for those, see
+// decodedRequest).
+func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in *allocation.AllocationRequest, req core.Request, convErr error) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
+	ns = sent
 	if ns == "" {
 		ns = core.DefaultNamespace
 	}
 	if err := ctx.Err(); err != nil {
 		return ns, "", nil, nil, 0, contextStatus(err)
 	}
-	req, err := wire.RequestToCore(in)
-	if err != nil {
-		return ns, "", nil, nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	if convErr != nil {
+		return ns, "", nil, nil, 0, status.Error(codes.InvalidArgument, convErr.Error())
 	}
 	if s.multi != nil {
 		if err := s.multi.Crossed(ctx); err != nil {
