@@ -73,6 +73,8 @@ type Set struct {
 	Sims []*SimInput
 	// Loads are the `qm load` results read, in input order.
 	Loads []*LoadInput
+	// Plans are the capacity plans read (qm plan --out), in input order.
+	Plans []*PlanInput
 	// Files are the inputs' names, in the order given.
 	Files []string
 }

@@ -57,6 +57,13 @@ func (r *Report) WriteHTML(w io.Writer) error {
 			Intro:  "Each expectation metric of a scenario, as the simulator predicted it and as a live run of the same scenario measured it.",
 			Tables: []namedTable{{Title: "expectations, side by side", table: t}}})
 	}
+	for i, in := range r.Current.Plans {
+		s, err := planSection(i, in)
+		if err != nil {
+			return fmt.Errorf("%s: %w", in.File, err)
+		}
+		secs = append(secs, s)
+	}
 	for i, in := range r.Current.Loads {
 		s, err := loadSection(i, in)
 		if err != nil {

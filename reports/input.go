@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/quartermaster-dev/quartermaster/plan"
 )
 
 // ThresholdsFile is the name of the gate's rules inside a baseline
@@ -96,6 +98,8 @@ func (s *Set) read(file string, data []byte) error {
 	switch {
 	case head.Kind == simReportKind:
 		return readSim(s, file, data, head.Kind)
+	case head.Kind == plan.Kind:
+		return readPlan(s, file, data)
 	case strings.Contains(head.Kind, "Live") || head.Mode == "live":
 		return readSim(s, file, data, head.Kind)
 	case isLoadKind(head.Kind):

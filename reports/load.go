@@ -24,7 +24,7 @@ type LoadInput struct {
 func isLoadKind(kind string) bool { return kind == loadgen.Kind }
 
 func knownKinds() string {
-	return simReportKind + " from qm sim --out, " + loadgen.Kind + " from qm load --out, or go test -bench output"
+	return simReportKind + " from qm sim --out, " + loadgen.Kind + " from qm load --out, CapacityPlan from qm plan --out, or go test -bench output"
 }
 
 // readLoad decodes a load result (strictly, with its histograms checked by
