@@ -24,6 +24,22 @@ if [ -d sim ]; then
   fi
 fi
 
+# trace is read by the simulator: the standard library and core only.
+if [ -d trace ]; then
+  bad=$(deps ./trace/... | grep -vE "^${mod}/(core|trace)" || true)
+  if [ -n "$bad" ]; then
+    echo "trace must depend on the standard library and core only; it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+  fi
+fi
+
+# plan runs the simulator; like sim, it has no business with the service.
+if [ -d plan ]; then
+  bad=$(deps ./plan/... | grep -E "^${mod}/allocator|^k8s.io/|^google.golang.org/grpc" || true)
+  if [ -n "$bad" ]; then
+    echo "plan must not depend on allocator, Kubernetes or gRPC; it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+  fi
+fi
+
 # reports reads results; it has no business with clusters or the service
 # itself (the wire types it sees come through loadgen's result).
 if [ -d reports ]; then
