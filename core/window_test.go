@@ -362,3 +362,32 @@ func TestPoliciesAt(t *testing.T) {
 		t.Error("a policy without a window changed")
 	}
 }
+
+// FuzzParseWindow: any text is read or refused, never a panic; what is read
+// writes back as text that reads as the same window, and NextChange moves
+// forward.
+func FuzzParseWindow(f *testing.F) {
+	f.Add("2026-11-23T18:00:00+01:00", "", "weekdays 18:00-23:00 Europe/Paris", "fri 22:00-02:00 UTC")
+	f.Add("", "2026-11-23T18:00:00Z", "sat-mon 0:00-24:00 America/New_York; daily 12:00-13:00 UTC", "")
+	f.Add("", "", "mon,wed 23:59-00:01 Asia/Kolkata", "")
+	f.Fuzz(func(t *testing.T, from, until, during, except string) {
+		w, err := ParseWindow(from, until, during, except)
+		if err != nil {
+			return
+		}
+		fw := func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.Format(time.RFC3339Nano)
+		}
+		again, err := ParseWindow(fw(w.From), fw(w.Until), FormatRecurrences(w.During), FormatRecurrences(w.Except))
+		if err != nil || again.String() != w.String() {
+			t.Fatalf("%s does not read back: %s, %v", w, again, err)
+		}
+		at := time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC)
+		if next, ok := w.NextChange(at, at.Add(10*24*time.Hour)); ok && !next.After(at) {
+			t.Fatalf("%s: NextChange(%s) = %s, not after it", w, at, next)
+		}
+	})
+}
