@@ -7,4 +7,6 @@
 //
 // `qm cluster up --topology FILE` and the e2e suite use it; a topology can
 // also be a scenario file, whose clusters and policies describe the rig.
+// Handle is a running rig as a test drives it; the kind provider
+// (kindcluster/kind) implements it too, so one suite runs on both.
 package rig
