@@ -434,6 +434,7 @@ func (s *Scenario) Validate() error {
 	}
 
 	policies := map[string]bool{}
+	recurrences := 0
 	for i, pol := range sp.Policies {
 		p := fmt.Sprintf("spec.policies[%d]", i)
 		c.name(p+".name", pol.Name)
@@ -454,10 +455,12 @@ func (s *Scenario) Validate() error {
 			if err := pol.Window.Core(sp.StartTime()).Validate(); err != nil {
 				c.add(p+".window", "%v", err)
 			}
-			if len(pol.Window.During)+len(pol.Window.Except) > 100 {
-				c.add(p+".window", "at most 100 recurrences")
-			}
+			recurrences += len(pol.Window.During) + len(pol.Window.Except)
 		}
+	}
+	// Each recurrence is walked at every change of the policies in force.
+	if recurrences > 200 {
+		c.add("spec.policies", "at most 200 window recurrences in all, got %d", recurrences)
 	}
 
 	if len(sp.Workload) == 0 {

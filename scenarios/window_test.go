@@ -110,3 +110,11 @@ func TestScenarioWindowErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestScenarioWindowRecurrencesBounded(t *testing.T) {
+	many := strings.Repeat(`"daily 01:00-02:00 UTC", `, 201)
+	_, err := Parse([]byte(strings.Replace(windowScenario, `during: "sun 02:30-04:00 Europe/Paris"`, "during: ["+many+"]", 1)))
+	if err == nil || !strings.Contains(err.Error(), "spec.policies: at most 200 window recurrences in all, got 201") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -140,7 +140,21 @@ type stream struct {
 	segs []policySegment
 	seg  int
 	salt uint64
+	// memoized counts the policySets with memoized orders; past
+	// maxMemoSets, orders are computed per request into scratch.
+	memoized int
+	scratch  []uint8
 }
+
+// maxMemoSets bounds the policySets of a stream whose orders are memoized:
+// a few distinct sets (day and evening) is the common case, and each memo
+// is orderSeeds bytes per cluster, so a file whose windows make many
+// distinct sets costs time per request rather than unbounded memory.
+const maxMemoSets = 4
+
+// maxSegments bounds the changes of the policies in force a run follows
+// (three a day for a year is about a thousand). A variable for tests.
+var maxSegments = 100_000
 
 // policySegment is a stretch of virtual time, up to end, during which set
 // is in force.
@@ -343,7 +357,9 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 		rng:      rand.New(streamSource(seed, p+"requests")),
 	}
 	if req.MultiCluster.Enabled {
-		s.segs = w.policySegments(core.SelectPolicies(w.cfg.Policies, req.MultiCluster.PolicySelector))
+		if s.segs, err = w.policySegments(core.SelectPolicies(w.cfg.Policies, req.MultiCluster.PolicySelector)); err != nil {
+			return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+		}
 		s.salt = mix(seed ^ 0x6f72646572)
 	} else {
 		s.cluster = w.byName[cfg.Cluster]
@@ -459,13 +475,21 @@ func (w *world) orderFor(s *stream, seed uint64) []uint8 {
 		}
 		return ps.orders
 	}
+	k := int(seed % orderSeeds)
+	if ps.orders == nil && s.memoized >= maxMemoSets {
+		s.scratch = s.scratch[:0]
+		for _, p := range core.OrderClusters(ps.policies, mix(uint64(k)^s.salt)) {
+			s.scratch = append(s.scratch, uint8(w.byName[p.Connection.ClusterName]))
+		}
+		return s.scratch
+	}
 	if ps.orders == nil {
+		s.memoized++
 		ps.orders = make([]uint8, orderSeeds*ps.width)
 		for i := 0; i < len(ps.orders); i += ps.width {
 			ps.orders[i] = 0xff
 		}
 	}
-	k := int(seed % orderSeeds)
 	o := ps.orders[k*ps.width : (k+1)*ps.width]
 	if o[0] == 0xff {
 		for i, p := range core.OrderClusters(ps.policies, mix(uint64(k)^s.salt)) {
@@ -479,7 +503,7 @@ func (w *world) orderFor(s *stream, seed uint64) []uint8 {
 // enters or leaves its window (virtual time zero is cfg.Start), each
 // stretch with the policies in force in it. Stretches with the same
 // policies share one policySet, and so its memoized orders.
-func (w *world) policySegments(policies []core.Policy) []policySegment {
+func (w *world) policySegments(policies []core.Policy) ([]policySegment, error) {
 	start := w.cfg.Start
 	if start.IsZero() {
 		start = Epoch
@@ -504,7 +528,10 @@ func (w *world) policySegments(policies []core.Policy) []policySegment {
 		}
 		next, ok := core.NextPolicyChange(policies, at, end)
 		if !ok {
-			return append(segs, policySegment{end: math.MaxInt64, set: set})
+			return append(segs, policySegment{end: math.MaxInt64, set: set}), nil
+		}
+		if len(segs) >= maxSegments {
+			return nil, fmt.Errorf("the policies' windows change the policies in force more than %d times in the run; shorten the run or simplify the windows", maxSegments)
 		}
 		segs = append(segs, policySegment{end: int64(next.Sub(start)), set: set})
 		at = next
