@@ -11,7 +11,7 @@ import (
 )
 
 // readmes are the pages whose shell blocks a newcomer copies from.
-var readmes = []string{"README.md", "allocator/README.md", "scenarios/README.md", "reports/README.md", "loadgen/README.md"}
+var readmes = []string{"README.md", "allocator/README.md", "scenarios/README.md", "reports/README.md", "loadgen/README.md", "trace/README.md", "plan/README.md"}
 
 // bareWord is what a subcommand looks like.
 var bareWord = regexp.MustCompile(`^[a-z]+$`)
