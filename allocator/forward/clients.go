@@ -122,6 +122,8 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool)
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: cs.connect,
 		}),
+		// The remote's answer is decoded by hand (codec.go).
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newClientCodec())),
 	}, cs.dialOpts...)
 	cc, err := grpc.NewClient(endpoint, opts...)
 	if err != nil {

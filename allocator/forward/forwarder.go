@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,15 @@ type Forwarder struct {
 	mu       sync.Mutex
 	breakers map[string]*breaker
 
+	// selfMD is the outgoing metadata of a request that crossed no other
+	// allocator: only this one in the hops. Read-only.
+	selfMD metadata.MD
+	// forwardedFor caches, per caller identity, the annotations of a
+	// forwarded request that has none of its own (release.go). Read-only
+	// maps, as the service's owner maps are.
+	forwardedForMaps  sync.Map // identity → map[string]string
+	forwardedForMapsN atomic.Int64
+
 	// Background probes of open breakers stop when probeCtx ends (Close).
 	probeCtx   context.Context
 	stopProbes context.CancelFunc
@@ -156,6 +166,7 @@ func New(o Options) (*Forwarder, error) {
 	}
 	f.clients = newClients(f.tryTimeout, o.DialOptions)
 	f.probeCtx, f.stopProbes = context.WithCancel(context.Background())
+	f.selfMD = metadata.Pairs(HopsKey, f.self)
 	w, err := newWindows(f.src, f.clock, f.log, o.Registerer)
 	if err != nil {
 		return nil, err
@@ -320,10 +331,18 @@ func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *alloca
 	if err != nil {
 		return nil, err
 	}
-	order := core.OrderClusters(selected, seed)
-	hops := strings.Join(append(hopsOf(ctx), f.self), ",")
+	order := selected
+	if len(selected) > 1 {
+		// (One policy is its own order; OrderClusters would still build
+		// its tiers, maps and copy, per request.)
+		order = core.OrderClusters(selected, seed)
+	}
+	hops := f.self
+	if crossed := hopsOf(ctx); len(crossed) > 0 {
+		hops = strings.Join(append(crossed, f.self), ",")
+	}
 
-	tries := make([]try, 0, len(order))
+	var tries []try // only a failing request needs them
 	for i, p := range order {
 		if ctx.Err() != nil {
 			for _, q := range order[i:] {
@@ -434,8 +453,16 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		target = p.Connection.Namespace
 	}
 	req := ForwardRequest(in, target)
-	forwardedFor(req, identity) // see release.go
-	octx := metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
+	f.forwardedFor(req, identity) // see release.go
+	var octx context.Context
+	if hops == f.self {
+		// A request no other allocator forwarded (the usual one): the
+		// same metadata every time, built once; AppendToOutgoingContext
+		// copies its arguments into new slices per call.
+		octx = metadata.NewOutgoingContext(ctx, f.selfMD)
+	} else {
+		octx = metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
+	}
 
 	var last []string
 	for round := 0; ; round++ {
@@ -453,9 +480,16 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			if err != nil {
 				return misconfig("%v", err)
 			}
-			tctx, cancel := context.WithTimeout(octx, f.tryTimeout)
+			tctx, cancel := octx, context.CancelFunc(nil)
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > f.tryTimeout {
+				// (A caller's deadline within the try timeout bounds the
+				// try already, without a timer and context per call.)
+				tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
+			}
 			resp, err := c.api.Allocate(tctx, req)
-			cancel()
+			if cancel != nil {
+				cancel()
+			}
 			f.clients.put(c)
 			if err == nil {
 				br.success()

@@ -34,22 +34,39 @@ const (
 	OnBehalfOfKey = "quartermaster-on-behalf-of"
 )
 
-// forwardedFor returns req with the ForwardedForAnnotation set to
-// identity. req is ForwardRequest's: its MetaPatch messages are its own,
-// but their maps are the caller's, so the annotations are copied.
-func forwardedFor(req *allocation.AllocationRequest, identity string) {
+// forwardedFor sets the ForwardedForAnnotation of req, ForwardRequest's,
+// to identity. Its MetaPatch messages are its own, but their maps are the
+// caller's, so annotations are copied; a request without annotations (the
+// usual one) gets a map per identity made once and only ever read.
+func (f *Forwarder) forwardedFor(req *allocation.AllocationRequest, identity string) {
 	if identity == "" {
 		return
 	}
 	old := req.GetMetadata().GetAnnotations()
-	ann := make(map[string]string, len(old)+1)
-	for k, v := range old {
-		ann[k] = v
+	var ann map[string]string
+	if len(old) == 0 {
+		if m, ok := f.forwardedForMaps.Load(identity); ok {
+			ann = m.(map[string]string)
+		} else {
+			ann = map[string]string{ForwardedForAnnotation: identity}
+			if f.forwardedForMapsN.Add(1) <= maxForwardedForMaps {
+				f.forwardedForMaps.Store(identity, ann)
+			}
+		}
+	} else {
+		ann = make(map[string]string, len(old)+1)
+		for k, v := range old {
+			ann[k] = v
+		}
+		ann[ForwardedForAnnotation] = identity
 	}
-	ann[ForwardedForAnnotation] = identity
 	req.Metadata.Annotations = ann
 	req.MetaPatch.Annotations = ann //nolint:staticcheck // SA1019: the double write Agones does.
 }
+
+// maxForwardedForMaps bounds the cached annotation maps (one per caller
+// identity seen).
+const maxForwardedForMaps = 10000
 
 // ReleasedFor reports whether a Release may give back gs: true unless
 // the call is a forwarded Release (OnBehalfOfKey in ctx's metadata) for
