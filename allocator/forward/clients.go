@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -83,6 +85,8 @@ type clients struct {
 	mu     sync.Mutex
 	byRef  map[clientRef]*client
 	closed bool
+
+	lastCA atomic.Pointer[caSum] // see caDigest
 }
 
 func newClients(connectTimeout time.Duration, opts []grpc.DialOption) *clients {
@@ -94,8 +98,7 @@ func newClients(connectTimeout time.Duration, opts []grpc.DialOption) *clients {
 // version, or when fresh is set (the one cached is then retired). The
 // caller must put it back with put.
 func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool) (*client, error) {
-	sum := sha256.Sum256(serverCA)
-	ref := clientRef{endpoint: endpoint, secret: sec.Namespace + "/" + sec.Name, serverCA: hex.EncodeToString(sum[:8])}
+	ref := clientRef{endpoint: endpoint, secret: sec.Namespace + "/" + sec.Name, serverCA: cs.caDigest(serverCA)}
 	cs.mu.Lock()
 	if cs.closed {
 		cs.mu.Unlock()
@@ -162,6 +165,30 @@ func (cs *clients) put(c *client) {
 	if c.retired && c.inflight == 0 {
 		_ = c.cc.Close()
 	}
+}
+
+// caDigest names a policy's serverCa in a clientRef: a short digest of
+// it, empty for none. Each request of a policy passes the same bytes (its
+// snapshot's), so the last digest is kept with the slice it was made of
+// (kept alive, so its address cannot come back with other bytes) and a
+// request with those very bytes skips the hash.
+func (cs *clients) caDigest(serverCA []byte) string {
+	if len(serverCA) == 0 {
+		return ""
+	}
+	if d := cs.lastCA.Load(); d != nil && len(d.ca) == len(serverCA) && unsafe.SliceData(d.ca) == unsafe.SliceData(serverCA) {
+		return d.sum
+	}
+	sum := sha256.Sum256(serverCA)
+	d := &caSum{ca: serverCA, sum: hex.EncodeToString(sum[:8])}
+	cs.lastCA.Store(d)
+	return d.sum
+}
+
+// caSum is a serverCa and its digest.
+type caSum struct {
+	ca  []byte
+	sum string
 }
 
 // count reports the cached clients (current versions only), for tests.

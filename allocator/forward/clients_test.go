@@ -94,3 +94,28 @@ func TestClientTLSErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCADigest checks the serverCa digest: none for none, equal for equal
+// bytes whether or not they are the very slice last seen, different for
+// different bytes of the same length.
+func TestCADigest(t *testing.T) {
+	cs := newClients(time.Second, nil)
+	if d := cs.caDigest(nil); d != "" {
+		t.Fatalf("no serverCa: digest %q, want empty", d)
+	}
+	a := []byte("-----BEGIN CERTIFICATE-----A")
+	b := []byte("-----BEGIN CERTIFICATE-----B")
+	da := cs.caDigest(a)
+	if da == "" || cs.caDigest(a) != da {
+		t.Fatalf("digest of a: %q, then %q", da, cs.caDigest(a))
+	}
+	if db := cs.caDigest(b); db == da {
+		t.Fatal("different serverCa bytes, same digest")
+	}
+	if d := cs.caDigest(append([]byte(nil), a...)); d != da {
+		t.Fatalf("a copy of a: digest %q, want %q", d, da)
+	}
+	if cs.caDigest(a) != da {
+		t.Fatal("digest changed for unchanged bytes")
+	}
+}
