@@ -41,11 +41,19 @@ type memRig struct {
 	dir     string
 	certs   certs.Layout
 	proxies *rig.Proxies
-	procs   []kindcluster.Process
+	// gates stand in front of the links: what callers and the entry dial,
+	// and what an outage switches off.
+	gates []linkGate
+	procs []kindcluster.Process
 	// allocators by cluster name.
 	allocators map[string]*allocatorProc
 	log        io.Writer
 	stopOnce   sync.Once
+}
+
+type linkGate struct {
+	from, to string
+	g        *gate
 }
 
 type allocatorProc struct {
@@ -101,17 +109,17 @@ func startRig(ctx context.Context, p *Plan, qm, dir string, seed uint64, log io.
 	endpoints := map[string][]string{}
 	for _, c := range p.Clusters {
 		a := r.allocators[c.Name]
-		if _, err := r.proxies.Add(rig.CallersName, c.Name, 0, a.grpc, c.CallerLink); err != nil {
+		if _, err := r.addLink(rig.CallersName, c.Name, a.grpc, c.CallerLink); err != nil {
 			return nil, err
 		}
 		if c.Name == p.Entry {
 			continue
 		}
-		l, err := r.proxies.Add(p.Entry, c.Name, 0, a.grpc, c.ForwardLink)
+		addr, err := r.addLink(p.Entry, c.Name, a.grpc, c.ForwardLink)
 		if err != nil {
 			return nil, err
 		}
-		endpoints[c.Name] = []string{l.Addr()}
+		endpoints[c.Name] = []string{addr}
 	}
 	policies := ""
 	if len(p.Scenario.Spec.Policies) > 0 {
@@ -142,7 +150,7 @@ func startRig(ctx context.Context, p *Plan, qm, dir string, seed uint64, log io.
 		args := []string{"serve", "--backend", "memory", "--fleets", fleets,
 			"--addr", a.grpc, "--http-addr", "127.0.0.1:0",
 			"--tls-dir", r.certs.ServerDir(), "--client-ca-dir", r.certs.ClientCADir(),
-			"--limits", limits, "--cluster-name", c.Name, "--log-format", "json", "--log-level", "warn",
+			"--limits", limits, "--cluster-name", c.Name, "--log-format", "json",
 			// Each allocator its own seed, from the scenario's: the same
 			// file gives the same servers' names and request seeds.
 			"--seed", strconv.FormatUint(seed+uint64(i)*0x9e3779b9+1, 10),
@@ -171,6 +179,21 @@ func startRig(ctx context.Context, p *Plan, qm, dir string, seed uint64, log io.
 		return nil, err
 	}
 	return r, nil
+}
+
+// addLink starts a latency link to upstream and a gate in front of it,
+// and returns the gate's address.
+func (r *memRig) addLink(from, to, upstream string, l rig.Link) (string, error) {
+	pl, err := r.proxies.Add(from, to, 0, upstream, l)
+	if err != nil {
+		return "", err
+	}
+	g, err := newGate(pl.Addr())
+	if err != nil {
+		return "", err
+	}
+	r.gates = append(r.gates, linkGate{from, to, g})
+	return g.addr, nil
 }
 
 // writePolicies writes the entry's GameServerAllocationPolicies and the
@@ -236,9 +259,9 @@ func waitReady(ctx context.Context, file string, a *allocatorProc) error {
 // allocator unreachable.
 func (r *memRig) setDown(cluster string, down bool) error {
 	var errs []error
-	for _, l := range r.proxies.All() {
-		if l.To == cluster {
-			errs = append(errs, l.Set(rig.FaultDown, down))
+	for _, lg := range r.gates {
+		if lg.to == cluster {
+			errs = append(errs, lg.g.setDown(down))
 		}
 	}
 	return errors.Join(errs...)
@@ -246,8 +269,10 @@ func (r *memRig) setDown(cluster string, down bool) error {
 
 // callerAddr is where the callers dial a cluster: through its link.
 func (r *memRig) callerAddr(cluster string) string {
-	for _, l := range r.proxies.Find(rig.CallersName, cluster) {
-		return l.Addr()
+	for _, lg := range r.gates {
+		if lg.from == rig.CallersName && lg.to == cluster {
+			return lg.g.addr
+		}
 	}
 	return ""
 }
@@ -257,9 +282,9 @@ func (r *memRig) callerAddr(cluster string) string {
 // the entry's link to the cluster.
 func (r *memRig) sourceClusters() map[string]string {
 	m := map[string]string{"": r.plan.Entry, "local": r.plan.Entry}
-	for _, l := range r.proxies.All() {
-		if l.From == r.plan.Entry {
-			m[l.Addr()] = l.To
+	for _, lg := range r.gates {
+		if lg.from == r.plan.Entry {
+			m[lg.g.addr] = lg.to
 		}
 	}
 	return m
@@ -268,6 +293,9 @@ func (r *memRig) sourceClusters() map[string]string {
 // stop stops the allocators and the links.
 func (r *memRig) stop() {
 	r.stopOnce.Do(func() {
+		for _, lg := range r.gates {
+			lg.g.close()
+		}
 		r.proxies.Close()
 		var wg sync.WaitGroup
 		for _, p := range r.procs {
