@@ -40,6 +40,13 @@ if [ -d plan ]; then
   fi
 fi
 
+# scenarios reads and simulates scenario files; only scenarios/live, which
+# runs them on live allocators, may reach the service, gRPC or Kubernetes.
+bad=$(deps ./scenarios | grep -E "^${mod}/allocator|^${mod}/kindcluster|^k8s.io/|^google.golang.org/grpc" || true)
+if [ -n "$bad" ]; then
+  echo "scenarios must not depend on the allocator, rigs, Kubernetes or gRPC (scenarios/live may); it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+fi
+
 # reports reads results; it has no business with clusters or the service
 # itself (the wire types it sees come through loadgen's result).
 if [ -d reports ]; then

@@ -379,6 +379,11 @@ func unknownFields(s *scenarios.Scenario) []string {
 	if err := json.Unmarshal(b, &tree); err != nil {
 		return []string{"the scenario could not be read field by field (" + err.Error() + ")"}
 	}
+	return unknownIn(tree)
+}
+
+// unknownIn names the leaves of a scenario's JSON form outside handled.
+func unknownIn(tree any) []string {
 	seen := map[string]string{} // normalised path -> first concrete path
 	var walk func(v any, path, norm string)
 	walk = func(v any, path, norm string) {

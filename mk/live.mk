@@ -1,0 +1,16 @@
+# Live runs of scenario files (scenarios/live, `qm scenario run FILE --live`).
+#
+# `make test` runs one fidelity pair (provider-preference, about 2 minutes);
+# this target runs all three the issue names, each simulated and live at a
+# time scale that keeps the live run near 90 s, checks that cluster shares
+# agree within 5 points and success rates within 1 point, and writes the
+# predicted-and-measured report to $(LIVE_OUT)/index.html.
+
+LIVE_OUT ?= reports/out/live
+
+.PHONY: live-fidelity
+
+## live-fidelity: burst-to-cloud, provider-preference and load-spreading, simulated and live, side by side.
+live-fidelity: build
+	QM_LIVE_FIDELITY=all QM_LIVE_OUT="$(CURDIR)/$(LIVE_OUT)" $(GO) test -count=1 -timeout 20m -v -run '^TestFidelity$$' ./scenarios/live/
+	$(BIN)/qm report --title "Scenarios: simulated and live" --out "$(LIVE_OUT)" "$(LIVE_OUT)"/*-sim.json "$(LIVE_OUT)"/*-live.json
