@@ -10,13 +10,41 @@ import (
 	"github.com/quartermaster-dev/quartermaster/plan"
 )
 
-// TestPlanCommand runs qm plan as a user does on a shipped scenario: the
-// curve on stdout, progress on stderr, the plan in --out; and its usage
-// mistakes, each named on one line with exit status 2.
+// planScenario is one fleet of n servers under Poisson load of 2 erlangs
+// (plan's Erlang-B check): cheap runs, an answer of 6 servers for 2%.
+const planScenario = `apiVersion: quartermaster.dev/v1alpha1
+kind: Scenario
+metadata: {name: one-fleet}
+spec:
+  seed: 7
+  duration: 2000s
+  clusters:
+  - name: only
+    provider: onprem
+    nodes: {count: 4, slots: 10}
+    apiServer: {writeLatency: {constant: 0s}}
+    fleets:
+    - {name: game, replicas: 1, sessionEnd: Ready, startupDelay: {constant: 0s}}
+  workload:
+  - name: mm
+    rate: {constant: 4}
+    sessionLength: {exponential: {mean: 500ms}}
+    cluster: only
+    request: {gameServerSelectors: [{matchLabels: {agones.dev/fleet: game}}]}
+`
+
+// TestPlanCommand runs qm plan as a user does: the curve on stdout,
+// progress on stderr, the plan in --out; and its usage mistakes, each
+// named on one line with exit status 2.
 func TestPlanCommand(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "plan.json")
-	code, stdout, stderr := runQM("plan", "../../scenarios/burst-to-cloud.yaml",
-		"--target", "successRate>=0.999,p99<200ms", "--vary", "clusters.cloud.fleets.game.buffer.size=0..200", "--out", out)
+	dir := t.TempDir()
+	scFile := filepath.Join(dir, "one-fleet.yaml")
+	if err := os.WriteFile(scFile, []byte(planScenario), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "plan.json")
+	code, stdout, stderr := runQM("plan", scFile,
+		"--target", "successRate>=0.98,p99<200ms", "--vary", "fleets.game.replicas=1..32", "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -28,7 +56,7 @@ func TestPlanCommand(t *testing.T) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Kind != plan.Kind || !res.Found || res.Answer <= 0 || res.Answer >= 200 {
+	if res.Kind != plan.Kind || !res.Found || res.Answer != 6 {
 		t.Fatalf("plan: %+v", res)
 	}
 	// The answer meets the target and the value below it misses: both
@@ -45,7 +73,7 @@ func TestPlanCommand(t *testing.T) {
 	if below == nil || at == nil || below.Pass || !at.Pass {
 		t.Fatalf("answer %d not bracketed by the points run: %+v", res.Answer, res.Points)
 	}
-	if !strings.Contains(stdout, "answer: clusters.cloud.fleets.game.buffer.size = ") ||
+	if !strings.Contains(stdout, "answer: fleets.game.replicas = 6") ||
 		strings.Count(stdout, "\n") < len(res.Points)+3 || !strings.Contains(stderr, "meets the target") {
 		t.Fatalf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
@@ -76,8 +104,8 @@ func TestPlanCommand(t *testing.T) {
 		t.Errorf("bad path: exit %d, %s", code, stderr)
 	}
 	// No answer in the range: exit 2, and the curve says so.
-	code, stdout, _ = runQM("plan", "../../scenarios/burst-to-cloud.yaml", "--quiet", "--target", "successRate>=0.99", "--vary", "clusters.cloud.fleets.game.buffer.size=0..1")
-	if code != 2 || !strings.Contains(stdout, "no answer: the target is missed even at clusters.cloud.fleets.game.buffer.size = 1") {
+	code, stdout, _ = runQM("plan", scFile, "--quiet", "--target", "successRate>=0.99", "--vary", "fleets.game.replicas=1..2")
+	if code != 2 || !strings.Contains(stdout, "no answer: the target is missed even at fleets.game.replicas = 2") {
 		t.Errorf("no answer: exit %d\n%s", code, stdout)
 	}
 }
