@@ -118,10 +118,14 @@ func describe(line []byte, err error) error {
 	return err
 }
 
-// ReadAll reads every record of r.
+// ReadAll reads every record of r. Records with the same request share
+// one copy of its bytes: a trace repeats a few requests millions of times.
 func ReadAll(r io.Reader) ([]Record, error) {
+	return readAll(r, map[string]json.RawMessage{}, nil)
+}
+
+func readAll(r io.Reader, intern map[string]json.RawMessage, out []Record) ([]Record, error) {
 	rd := NewReader(r)
-	var out []Record
 	for {
 		rec, err := rd.Next()
 		if err == io.EOF {
@@ -130,9 +134,20 @@ func ReadAll(r io.Reader) ([]Record, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(rec.Request) > 0 {
+			if same, ok := intern[string(rec.Request)]; ok {
+				rec.Request = same
+			} else if len(intern) < maxInterned {
+				intern[string(rec.Request)] = rec.Request
+			}
+		}
 		out = append(out, rec)
 	}
 }
+
+// maxInterned bounds the distinct requests ReadAll shares (a trace of
+// all-different requests gains nothing from it).
+const maxInterned = 1 << 16
 
 // Files lists the files of the trace at path, oldest first: the rotated
 // ones (path.N down to path.1) that exist, then path itself.
@@ -162,17 +177,17 @@ func ReadFiles(path string) ([]Record, error) {
 		return nil, err
 	}
 	var out []Record
+	intern := map[string]json.RawMessage{}
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
 			return nil, err
 		}
-		recs, err := ReadAll(fh)
+		out, err = readAll(fh, intern, out)
 		fh.Close()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
-		out = append(out, recs...)
 	}
 	return out, nil
 }

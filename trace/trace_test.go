@@ -56,6 +56,10 @@ func TestWriteReadRoundTrip(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("read %d records, wrote %d", len(got), len(want))
 	}
+	// The same request is kept once.
+	if &got[0].Request[0] != &got[1].Request[0] {
+		t.Error("two records with the same request hold two copies of it")
+	}
 	for i := range want {
 		if !got[i].At.Equal(want[i].At) {
 			t.Fatalf("record %d: at %v, want %v", i, got[i].At, want[i].At)
