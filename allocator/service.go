@@ -463,7 +463,9 @@ func (s *Service) list(ctx context.Context, identity string, in *qmv1.ListReques
 
 // Release gives back one allocation identity holds (any, for an admin).
 func (s *Service) Release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	start := time.Now()
 	resp, err := s.release(ctx, identity, in)
+	s.traceRelease(start, in, err)
 	s.metrics.AdminCalls.WithLabelValues("Release", status.Code(err).String()).Inc()
 	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "release failed",

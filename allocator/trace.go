@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/trace"
@@ -20,7 +21,8 @@ import (
 // a trace (package trace; `qm serve --trace`): when it arrived, the request
 // as Agones' JSON, the answer's code, the server and the cluster that
 // allocated it (this one, or the policy's cluster a forwarded request
-// went to), the latency and the conflicts retried. Multi-cluster requests
+// went to), the latency and the conflicts retried; and every Release, as a
+// release record (which is how a replay learns session lengths). Multi-cluster requests
 // are recorded once, where they arrived; a cluster they were forwarded to
 // records them as it received them, if it traces too.
 //
@@ -49,6 +51,10 @@ type traceItem struct {
 	source  string           // its cluster, "" for this one
 	code    codes.Code
 	retries int
+	// release: a Release of rel (namespace, name) rather than an
+	// allocation.
+	release bool
+	rel     *qmv1.ReleaseRequest
 }
 
 // TracerOptions configure NewTracer.
@@ -133,6 +139,16 @@ func (s *Service) trace(start time.Time, in *allocation.AllocationRequest, gs *c
 	t.a.Add(it)
 }
 
+// traceRelease hands one answered Release to the tracer, if there is one:
+// a replay takes a session's length from it.
+func (s *Service) traceRelease(start time.Time, in *qmv1.ReleaseRequest, err error) {
+	t := s.tracer.Load()
+	if t == nil {
+		return
+	}
+	t.a.Add(traceItem{at: start, latency: time.Since(start), release: true, rel: in, code: status.Code(err)})
+}
+
 // traceJSON writes requests as Agones' REST JSON with only the fields set:
 // wire's REST codec lists every field, which would double a trace's size
 // for nothing a reader needs.
@@ -144,6 +160,17 @@ func (t *Tracer) record(it *traceItem, r *trace.Record) {
 	r.Outcome = it.code.String()
 	r.LatencyMs = trace.Ms(it.latency)
 	r.Retries = it.retries
+	if it.release {
+		ns := it.rel.GetNamespace()
+		if ns == "" {
+			ns = core.DefaultNamespace
+		}
+		r.Event, r.GameServer = trace.EventRelease, ns+"/"+it.rel.GetGameServerName()
+		if it.rel.GetGameServerName() == "" {
+			r.GameServer = ns + "/-" // refused as it named none; the record keeps its shape
+		}
+		return
+	}
 	if b, err := traceJSON.Marshal(it.req); err == nil {
 		// protojson varies its white space on purpose; a trace line
 		// wants none.

@@ -1,6 +1,7 @@
 package allocator_test
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/trace"
 )
@@ -19,8 +21,8 @@ import (
 // TestServiceTrace serves allocations over gRPC and REST with a tracer
 // set, then reads the trace: a record per request, in the order answered,
 // with the request as sent, the code, the server allocated and this
-// cluster's name; refusals keep their code and name no server; the
-// records metric counts them. After SetTracer(nil) nothing more is
+// cluster's name; refusals keep their code and name no server; a Release
+// is a release record; the records metric counts them. After SetTracer(nil) nothing more is
 // recorded.
 func TestServiceTrace(t *testing.T) {
 	h := startHarness(t, harnessOpts{})
@@ -56,6 +58,9 @@ func TestServiceTrace(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("REST: %d %s", code, body)
 	}
+	if _, err := h.admin(conn).Release(context.Background(), &qmv1.ReleaseRequest{Namespace: "default", GameServerName: names[0]}); err != nil {
+		t.Fatal(err)
+	}
 	h.svc.SetTracer(nil)
 	if _, err := h.grpcAllocate(conn, deathmatch); err != nil {
 		t.Fatal(err)
@@ -67,9 +72,13 @@ func TestServiceTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 4 {
-		t.Fatalf("%d records for 4 traced requests: %+v", len(recs), recs)
+	if len(recs) != 5 {
+		t.Fatalf("%d records for 4 traced requests and a release: %+v", len(recs), recs)
 	}
+	if r := recs[4]; r.Event != trace.EventRelease || r.GameServer != "default/"+names[0] || r.Outcome != "OK" || r.At.Before(recs[3].At) {
+		t.Errorf("release recorded as %+v", r)
+	}
+	recs = recs[:4]
 	for i, r := range recs {
 		if r.At.Before(start) || r.At.After(time.Now()) || r.LatencyMs <= 0 || r.Event != trace.EventAllocate {
 			t.Errorf("record %d: %+v", i, r)
@@ -107,8 +116,8 @@ func TestServiceTrace(t *testing.T) {
 	for _, mf := range mfs {
 		switch mf.GetName() {
 		case "qm_trace_records_total":
-			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 4 {
-				t.Errorf("qm_trace_records_total = %v, want 4", v)
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 5 {
+				t.Errorf("qm_trace_records_total = %v, want 5", v)
 			}
 		case "qm_trace_dropped_total":
 			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 0 {
