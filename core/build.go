@@ -103,7 +103,7 @@ func (ix *Index) buildKey(b *build, k string) {
 	current := func() bool { return ix.keyBuilds[k] == b }
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	found, ok := ix.collect(current, func(e *entry) bool {
+	found, ok := ix.collect(current, ix.keyCount[k], func(e *entry) bool {
 		_, has := e.gs.Labels[k]
 		return has && !e.held && allocatable(e.gs.State)
 	})
@@ -145,7 +145,7 @@ func (ix *Index) buildBase(b *build, g *group) {
 	current := func() bool { return ix.baseBuilds[key] == b && ix.groups[key] == g }
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	found, ok := ix.collect(current, func(e *entry) bool {
+	found, ok := ix.collect(current, ix.nsCount[key.namespace], func(e *entry) bool {
 		return !e.held && e.gs.Namespace == key.namespace && e.gs.State == key.state
 	})
 	if !ok {
@@ -167,14 +167,18 @@ func (ix *Index) buildBase(b *build, g *group) {
 // collect is a build's pass: the servers for which keep is true, sorted by
 // name and namespace. It is called with ix.mu held and returns with it held,
 // releasing it between chunks and for the sort. ok is false when the build
-// was abandoned meanwhile (current turned false).
+// was abandoned meanwhile (current turned false). expect is how many servers
+// keep will likely accept (the key's or namespace's count): room for them is
+// made at once, where growing by appends would allocate several times as
+// much (50 MB instead of 10 at 250,000 servers).
 //
 // The pass ranges over ix.entries across releases of the lock. Go allows a
 // map to change during a range over it (what is added may or may not be
 // visited, what is deleted before it is reached is not); here every change
 // is made by another holder of the lock, and link() files whatever is added
 // meanwhile, so what the pass misses needs no joining.
-func (ix *Index) collect(current func() bool, keep func(*entry) bool) (found []candidate, ok bool) {
+func (ix *Index) collect(current func() bool, expect int, keep func(*entry) bool) (found []candidate, ok bool) {
+	found = make([]candidate, 0, min(expect, len(ix.entries)))
 	n := 0
 	for _, e := range ix.entries {
 		if n++; n%buildChunk == 0 && !ix.buildYield(current) {

@@ -1,6 +1,9 @@
 package core
 
-import "sort"
+import (
+	"slices"
+	"strings"
+)
 
 // Matches reports whether gs satisfies every part of s. The state compared is
 // s.State, with "" meaning Ready (as after Normalize).
@@ -58,6 +61,7 @@ func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
 // draws a random starting point each time, which on the allocation hot path
 // costs more than the test itself.
 type compiledSelector struct {
+	few         [2]labelPair // labels' storage when there are at most two
 	labels      []labelPair
 	annotations []labelPair
 	exprs       []LabelExpression
@@ -79,29 +83,29 @@ type listTest struct {
 
 func compileSelector(s *Selector) *compiledSelector {
 	c := &compiledSelector{}
-	for _, k := range sortedKeys(s.MatchLabels) {
-		c.labels = append(c.labels, labelPair{k, s.MatchLabels[k]})
-	}
+	// A selector rarely names more than a couple of labels: those live in
+	// the compiled selector itself, one allocation for both.
+	c.labels = sortedPairs(c.few[:0], s.MatchLabels)
 	c.exprs = s.MatchExpressions
-	for _, k := range sortedKeys(s.MatchAnnotations) {
-		c.annotations = append(c.annotations, labelPair{k, s.MatchAnnotations[k]})
+	c.annotations = sortedPairs(nil, s.MatchAnnotations)
+	for k, v := range s.Counters {
+		c.counters = append(c.counters, counterTest{k, v})
 	}
-	for _, k := range sortedKeys(s.Counters) {
-		c.counters = append(c.counters, counterTest{k, s.Counters[k]})
+	slices.SortFunc(c.counters, func(a, b counterTest) int { return strings.Compare(a.key, b.key) })
+	for k, v := range s.Lists {
+		c.lists = append(c.lists, listTest{k, v})
 	}
-	for _, k := range sortedKeys(s.Lists) {
-		c.lists = append(c.lists, listTest{k, s.Lists[k]})
-	}
+	slices.SortFunc(c.lists, func(a, b listTest) int { return strings.Compare(a.key, b.key) })
 	return c
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// sortedPairs appends m's entries to dst, sorted by key.
+func sortedPairs(dst []labelPair, m map[string]string) []labelPair {
+	for k, v := range m {
+		dst = append(dst, labelPair{k, v})
 	}
-	sort.Strings(keys)
-	return keys
+	slices.SortFunc(dst, func(a, b labelPair) int { return strings.Compare(a.key, b.key) })
+	return dst
 }
 
 func (c *compiledSelector) matches(gs *GameServer, known string) bool {

@@ -114,25 +114,25 @@ func Normalize(r *Request) (*Request, error) {
 	if len(r.Selectors) > 0 {
 		n.Selectors = make([]Selector, len(r.Selectors))
 		for i, s := range r.Selectors {
-			n.Selectors[i] = validateSelector(v, "gameServerSelectors["+strconv.Itoa(i)+"]", s)
+			n.Selectors[i] = validateSelector(v, func() string { return "gameServerSelectors[" + strconv.Itoa(i) + "]" }, s)
 		}
 	} else {
 		n.Selectors = make([]Selector, 0, len(r.Preferred)+1)
 		for i, s := range r.Preferred {
-			n.Selectors = append(n.Selectors, validateSelector(v, "preferredGameServerSelectors["+strconv.Itoa(i)+"]", s))
+			n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "preferredGameServerSelectors[" + strconv.Itoa(i) + "]" }, s))
 		}
 		var req Selector
 		if r.Required != nil {
 			req = *r.Required
 		}
-		n.Selectors = append(n.Selectors, validateSelector(v, "requiredGameServerSelector", req))
+		n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "requiredGameServerSelector" }, req))
 	}
 	n.Required, n.Preferred = nil, nil
 
 	if n.Scheduling != Packed && n.Scheduling != Distributed {
 		v.add("scheduling", "unknown strategy "+strconv.Itoa(int(n.Scheduling))+" (want Packed or Distributed)")
 	}
-	validateLabels(v, "metadata.labels", n.Metadata.Labels)
+	validateLabels(v, func() string { return "metadata.labels" }, n.Metadata.Labels)
 	for k := range n.Metadata.Labels {
 		// agones.dev/ labels belong to the system: rewriting the fleet
 		// label, say, would hide a server from its own fleet's count.
@@ -196,14 +196,17 @@ func Normalize(r *Request) (*Request, error) {
 			v.add(f+".deleteValues", "at most "+strconv.Itoa(MaxListCapacity)+" values, got "+strconv.Itoa(len(a.DeleteValues)))
 		}
 	}
-	validateLabels(v, "multiClusterSetting.policySelector.matchLabels", n.MultiCluster.PolicySelector)
+	validateLabels(v, func() string { return "multiClusterSetting.policySelector.matchLabels" }, n.MultiCluster.PolicySelector)
 	if err := v.err(); err != nil {
 		return nil, err
 	}
 	return &n, nil
 }
 
-func validateSelector(v *validator, f string, s Selector) Selector {
+// validateSelector checks s and returns it with defaults and its compiled
+// form. name gives the selector's field name; it is called only to report
+// an error, so that a valid selector costs no strings.
+func validateSelector(v *validator, name func() string, s Selector) Selector {
 	terms := []struct {
 		field string
 		n     int
@@ -217,46 +220,46 @@ func validateSelector(v *validator, f string, s Selector) Selector {
 	over := false
 	for _, t := range terms {
 		if t.n > MaxSelectorTerms {
-			v.add(f+t.field, tooMany("entries", MaxSelectorTerms, t.n))
+			v.add(name()+t.field, tooMany("entries", MaxSelectorTerms, t.n))
 			over = true
 		}
 	}
 	for i, e := range s.MatchExpressions {
 		if len(e.Values) > MaxExpressionValues {
-			v.add(f+".matchExpressions["+strconv.Itoa(i)+"].values", tooMany("values", MaxExpressionValues, len(e.Values)))
+			v.add(name()+".matchExpressions["+strconv.Itoa(i)+"].values", tooMany("values", MaxExpressionValues, len(e.Values)))
 			over = true
 		}
 	}
 	if over {
 		return s
 	}
-	validateLabels(v, f+".matchLabels", s.MatchLabels)
+	validateLabels(v, func() string { return name() + ".matchLabels" }, s.MatchLabels)
 	for k := range s.MatchAnnotations {
 		if reason := checkQualifiedName(k); reason != "" {
-			v.add(f+".matchAnnotations["+strconv.Quote(k)+"]", "key "+reason)
+			v.add(name()+".matchAnnotations["+strconv.Quote(k)+"]", "key "+reason)
 		}
 	}
 	for i, e := range s.MatchExpressions {
-		ef := f + ".matchExpressions[" + strconv.Itoa(i) + "]"
+		ef := func() string { return name() + ".matchExpressions[" + strconv.Itoa(i) + "]" }
 		if reason := checkQualifiedName(e.Key); reason != "" {
-			v.add(ef+".key", reason)
+			v.add(ef()+".key", reason)
 		}
 		switch e.Operator {
 		case OpIn, OpNotIn:
 			if len(e.Values) == 0 {
-				v.add(ef+".values", "must not be empty for operator "+string(e.Operator))
+				v.add(ef()+".values", "must not be empty for operator "+string(e.Operator))
 			}
 			for j, val := range e.Values {
 				if reason := checkLabelValue(val); reason != "" {
-					v.add(ef+".values["+strconv.Itoa(j)+"]", reason)
+					v.add(ef()+".values["+strconv.Itoa(j)+"]", reason)
 				}
 			}
 		case OpExists, OpDoesNotExist:
 			if len(e.Values) != 0 {
-				v.add(ef+".values", "must be empty for operator "+string(e.Operator))
+				v.add(ef()+".values", "must be empty for operator "+string(e.Operator))
 			}
 		default:
-			v.add(ef+".operator", "unknown operator "+strconv.Quote(string(e.Operator))+" (want In, NotIn, Exists or DoesNotExist)")
+			v.add(ef()+".operator", "unknown operator "+strconv.Quote(string(e.Operator))+" (want In, NotIn, Exists or DoesNotExist)")
 		}
 	}
 	switch s.State {
@@ -264,20 +267,20 @@ func validateSelector(v *validator, f string, s Selector) Selector {
 		s.State = StateReady
 	case StateReady, StateAllocated:
 	default:
-		v.add(f+".gameServerState", "state "+strconv.Quote(string(s.State))+" cannot be allocated from (want Ready or Allocated)")
+		v.add(name()+".gameServerState", "state "+strconv.Quote(string(s.State))+" cannot be allocated from (want Ready or Allocated)")
 	}
 	for k, c := range s.Counters {
-		cf := f + ".counters[" + strconv.Quote(k) + "]"
+		cf := func() string { return name() + ".counters[" + strconv.Quote(k) + "]" }
 		if k == "" {
-			v.add(cf, "counter name must not be empty")
+			v.add(cf(), "counter name must not be empty")
 		}
 		checkRange(v, cf, "Count", c.MinCount, c.MaxCount)
 		checkRange(v, cf, "Available", c.MinAvailable, c.MaxAvailable)
 	}
 	for k, l := range s.Lists {
-		lf := f + ".lists[" + strconv.Quote(k) + "]"
+		lf := func() string { return name() + ".lists[" + strconv.Quote(k) + "]" }
 		if k == "" {
-			v.add(lf, "list name must not be empty")
+			v.add(lf(), "list name must not be empty")
 		}
 		checkRange(v, lf, "Available", l.MinAvailable, l.MaxAvailable)
 	}
@@ -286,25 +289,25 @@ func validateSelector(v *validator, f string, s Selector) Selector {
 }
 
 // checkRange validates a min/max pair where a max of 0 means "no limit".
-func checkRange(v *validator, f, what string, lo, hi int64) {
+func checkRange(v *validator, f func() string, what string, lo, hi int64) {
 	if lo < 0 {
-		v.add(f+".min"+what, "must not be negative, got "+strconv.FormatInt(lo, 10))
+		v.add(f()+".min"+what, "must not be negative, got "+strconv.FormatInt(lo, 10))
 	}
 	if hi < 0 {
-		v.add(f+".max"+what, "must not be negative, got "+strconv.FormatInt(hi, 10))
+		v.add(f()+".max"+what, "must not be negative, got "+strconv.FormatInt(hi, 10))
 	}
 	if hi > 0 && lo > hi {
-		v.add(f+".min"+what, "min"+what+" "+strconv.FormatInt(lo, 10)+" is greater than max"+what+" "+strconv.FormatInt(hi, 10))
+		v.add(f()+".min"+what, "min"+what+" "+strconv.FormatInt(lo, 10)+" is greater than max"+what+" "+strconv.FormatInt(hi, 10))
 	}
 }
 
-func validateLabels(v *validator, f string, m map[string]string) {
+func validateLabels(v *validator, f func() string, m map[string]string) {
 	for k, val := range m {
 		if reason := checkQualifiedName(k); reason != "" {
-			v.add(f+"["+strconv.Quote(k)+"]", "key "+reason)
+			v.add(f()+"["+strconv.Quote(k)+"]", "key "+reason)
 		}
 		if reason := checkLabelValue(val); reason != "" {
-			v.add(f+"["+strconv.Quote(k)+"]", "value "+reason)
+			v.add(f()+"["+strconv.Quote(k)+"]", "value "+reason)
 		}
 	}
 }
@@ -364,7 +367,9 @@ func checkDNSSubdomain(s string) string {
 	if len(s) > 253 {
 		return "must be at most 253 characters"
 	}
-	for _, part := range strings.Split(s, ".") {
+	// strings.SplitSeq, not Split: every request's owner annotation
+	// passes through here, and Split allocates the slice of parts.
+	for part := range strings.SplitSeq(s, ".") {
 		if reason := checkDNSLabel(part); reason != "" {
 			return reason
 		}

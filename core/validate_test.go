@@ -139,3 +139,22 @@ func TestNormalizeErrorsAreDeterministic(t *testing.T) {
 		t.Fatalf("want every bad field reported, got %d: %v", n, first)
 	}
 }
+
+// TestNormalizeAllocations bounds what normalizing a typical request costs
+// the heap (the allocator normalizes every request): the normalized copy,
+// its selector list and the compiled selector. Field names for errors are
+// built only when there is an error to report.
+func TestNormalizeAllocations(t *testing.T) {
+	r := &Request{
+		Selectors: []Selector{{MatchLabels: map[string]string{FleetLabel: "f", "mode": "load"}, State: StateReady}},
+		Metadata:  MetaPatch{Annotations: map[string]string{"quartermaster.dev/owner": "dev"}},
+	}
+	n := testing.AllocsPerRun(100, func() {
+		if _, err := Normalize(r); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 3 {
+		t.Fatalf("Normalize allocates %.0f times, want at most 3", n)
+	}
+}
