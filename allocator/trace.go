@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
@@ -34,6 +35,11 @@ import (
 type Tracer struct {
 	a       *trace.Async[traceItem]
 	cluster string
+	// Used on the writer's goroutine only: the JSON of requests seen, by
+	// their deterministic protobuf encoding (a fifth of protojson's cost;
+	// a trace repeats a few requests), and a buffer for that encoding.
+	reqJSON map[string]json.RawMessage
+	pb      []byte
 	records prometheus.CounterFunc
 	dropped prometheus.CounterFunc
 	failed  prometheus.CounterFunc
@@ -81,7 +87,7 @@ func NewTracer(o TracerOptions) (*Tracer, error) {
 	if o.Queue <= 0 {
 		o.Queue = 16384
 	}
-	t := &Tracer{cluster: o.Cluster}
+	t := &Tracer{cluster: o.Cluster, reqJSON: map[string]json.RawMessage{}}
 	if t.cluster == "" {
 		t.cluster = wire.SourceLocal
 	}
@@ -154,6 +160,40 @@ func (s *Service) traceRelease(start time.Time, in *qmv1.ReleaseRequest, err err
 // for nothing a reader needs.
 var traceJSON = protojson.MarshalOptions{UseProtoNames: true}
 
+// maxCachedRequests bounds the tracer's cache of request encodings; when
+// full it starts afresh (requests that vary without end gain nothing).
+const maxCachedRequests = 4096
+
+// deterministic makes equal requests encode to equal bytes (map order).
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// requestJSON is req as compact Agones JSON, from the cache when an equal
+// request was seen.
+func (t *Tracer) requestJSON(req *allocation.AllocationRequest) json.RawMessage {
+	var err error
+	if t.pb, err = deterministic.MarshalAppend(t.pb[:0], req); err == nil {
+		if j, ok := t.reqJSON[string(t.pb)]; ok {
+			return j
+		}
+	}
+	j := json.RawMessage("{}")
+	if b, jerr := traceJSON.Marshal(req); jerr == nil {
+		// protojson varies its white space on purpose; a trace line
+		// wants none.
+		var buf bytes.Buffer
+		if json.Compact(&buf, b) == nil {
+			j = buf.Bytes()
+		}
+	}
+	if err == nil {
+		if len(t.reqJSON) >= maxCachedRequests {
+			clear(t.reqJSON)
+		}
+		t.reqJSON[string(t.pb)] = j
+	}
+	return j
+}
+
 // record turns an item into a record, on the writer's goroutine.
 func (t *Tracer) record(it *traceItem, r *trace.Record) {
 	r.At = it.at.UTC()
@@ -171,17 +211,7 @@ func (t *Tracer) record(it *traceItem, r *trace.Record) {
 		}
 		return
 	}
-	if b, err := traceJSON.Marshal(it.req); err == nil {
-		// protojson varies its white space on purpose; a trace line
-		// wants none.
-		var buf bytes.Buffer
-		if json.Compact(&buf, b) == nil {
-			r.Request = buf.Bytes()
-		}
-	}
-	if len(r.Request) == 0 {
-		r.Request = json.RawMessage("{}")
-	}
+	r.Request = t.requestJSON(it.req)
 	ns := it.req.GetNamespace()
 	if ns == "" {
 		ns = core.DefaultNamespace

@@ -2,7 +2,6 @@ package trace
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -91,11 +90,11 @@ func (w *Writer) Write(rec *Record) error {
 	if w.f == nil {
 		return errors.New("trace: write after close")
 	}
-	b, err := json.Marshal(rec)
+	line, err := AppendRecord(w.line[:0], rec)
 	if err != nil {
 		return fmt.Errorf("trace: encoding a record: %w", err)
 	}
-	w.line = append(append(w.line[:0], b...), '\n')
+	w.line = append(line, '\n')
 	if w.perFile > 0 && w.size > 0 && w.size+int64(len(w.line)) > w.perFile {
 		if err := w.rotate(); err != nil {
 			return err
