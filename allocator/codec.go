@@ -49,10 +49,14 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 // pool, which gRPC gives back once the message is written. Its proto codec
 // pools only messages of 1 KiB and more; an allocation's answer is a few
 // hundred bytes, one per request, and pooling it keeps that much garbage
-// away from the collector.
+// away from the collector. The buffer asked for is larger than the answer:
+// mem.NewBuffer does not pool a buffer whose capacity is at most 1 KiB
+// (mem.IsBelowBufferPoolingThreshold), and the pool's tier for a few
+// hundred bytes is 256 bytes, so a small answer would come from a fresh
+// allocation every time and never go back.
 func encoded(size int, appendTo func([]byte) []byte) mem.BufferSlice {
 	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
+	buf := pool.Get(max(size, minPooled))
 	*buf = appendTo((*buf)[:0])
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }
@@ -83,6 +87,9 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
+// minPooled is the least capacity mem.NewBuffer pools.
+const minPooled = 1<<10 + 1
+
 // decodedRequest is an allocation request as the codec decodes it for
 // allocateDirect: the core's Request (or the conversion's error, with only
 // the namespace in req), and the request as sent only when it is a
@@ -91,6 +98,7 @@ type decodedRequest struct {
 	req core.Request
 	err error
 	in  *allocation.AllocationRequest
+	g   *grpcAllocation // the service it is for (see serveDecoded)
 }
 
 // Name is the proto codec's: the content-subtype is unchanged on the wire.

@@ -30,14 +30,19 @@ func RegisterGRPC(s *grpc.Server, svc *Service, t *mtls.Server) {
 func registerGRPCDirect(s *grpc.Server, svc *Service, t *mtls.Server) {
 	desc := allocation.AllocationService_ServiceDesc
 	desc.Methods = []grpc.MethodDesc{{MethodName: "Allocate", Handler: allocateDirect}}
-	s.RegisterService(&desc, &grpcAllocation{svc: svc, tls: t})
+	g := &grpcAllocation{svc: svc, tls: t}
+	g.info = &grpc.UnaryServerInfo{Server: g, FullMethod: allocation.AllocationService_Allocate_FullMethodName}
+	s.RegisterService(&desc, g)
 	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
 }
 
 // allocateDirect is the generated Allocate handler with the request read
 // by the codec straight into the core's form (see decodedRequest) and the
 // answer left to the codec (see localAnswer). While a tracer records
-// requests as sent, they are decoded as AllocationRequests instead.
+// requests as sent, they are decoded as AllocationRequests instead. The
+// handler handed to the interceptors is a plain function and their info
+// is made once: a closure or an info per call would be heap allocations
+// per request.
 func allocateDirect(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	g := srv.(*grpcAllocation)
 	var in any
@@ -52,14 +57,8 @@ func allocateDirect(srv any, ctx context.Context, dec func(any) error, intercept
 			return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
 		}
 	} else {
-		in = new(decodedRequest)
-		call = func(ctx context.Context, req any) (any, error) {
-			id, err := identify(g.tls, ctx)
-			if err != nil {
-				return nil, err
-			}
-			return g.svc.allocateDecoded(ctx, id, req.(*decodedRequest))
-		}
+		in = &decodedRequest{g: g}
+		call = serveDecoded
 	}
 	if err := dec(in); err != nil {
 		return nil, err
@@ -67,15 +66,25 @@ func allocateDirect(srv any, ctx context.Context, dec func(any) error, intercept
 	if interceptor == nil {
 		return call(ctx, in)
 	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: allocation.AllocationService_Allocate_FullMethodName}
-	return interceptor(ctx, in, info, call)
+	return interceptor(ctx, in, g.info, call)
+}
+
+// serveDecoded is allocateDirect's handler for a *decodedRequest.
+func serveDecoded(ctx context.Context, req any) (any, error) {
+	d := req.(*decodedRequest)
+	id, err := identify(d.g.tls, ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.g.svc.allocateDecoded(ctx, id, d)
 }
 
 // grpcAllocation is allocation.AllocationService, exactly Agones' API.
 type grpcAllocation struct {
 	allocation.UnimplementedAllocationServiceServer
-	svc *Service
-	tls *mtls.Server
+	svc  *Service
+	tls  *mtls.Server
+	info *grpc.UnaryServerInfo // registerGRPCDirect's, for allocateDirect
 }
 
 func (g *grpcAllocation) Allocate(ctx context.Context, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {

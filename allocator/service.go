@@ -270,12 +270,16 @@ func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in
 
 	h, err := s.limits.Load().admit(identity, ns, s.now(), s.backend)
 	var atLimit *limitError
-	if le := (*limitError)(nil); errors.As(err, &le) && le.reason == "max_allocations" && reallocationOnly(&req) {
-		// At its limit, the caller may still re-allocate a server it holds
-		// (a counter or list action on its own session): that adds
-		// nothing to what it holds. Only such selectors are tried.
-		atLimit, err = le, nil
-		ownedOnly(&req, identity)
+	// Only when refused: errors.As's target escapes, and declared outside
+	// this block it would cost every admitted request a heap allocation.
+	if err != nil {
+		if le := (*limitError)(nil); errors.As(err, &le) && le.reason == "max_allocations" && reallocationOnly(&req) {
+			// At its limit, the caller may still re-allocate a server it
+			// holds (a counter or list action on its own session): that
+			// adds nothing to what it holds. Only such selectors are tried.
+			atLimit, err = le, nil
+			ownedOnly(&req, identity)
+		}
 	}
 	if err != nil {
 		var le *limitError
