@@ -121,6 +121,8 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 			continue
 		}
 		down[f.Cluster] = true
+		name("spec.faults[%d]: %s's links refuse new connections and cut open ones from %v to %v (wall); the entry's breaker then skips it, so requests do not each pay the forwardTimeout the simulator charges",
+			i, f.Cluster, div(f.Start.D(), scale), div(f.End.D(), scale))
 		p.Outages = append(p.Outages, Outage{Cluster: f.Cluster, Start: div(f.Start.D(), scale), End: div(f.End.D(), scale)})
 	}
 	// The entry is the first cluster never in an outage: the callers must
