@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
 
 func TestParseVaryErrors(t *testing.T) {
@@ -144,5 +146,47 @@ func TestPlanEnds(t *testing.T) {
 	}
 	if res.Found || len(res.Points) != 1 || res.Points[0].Pass || len(res.Points[0].Failed) != 1 || fmt.Sprint(seen) != "[3]" {
 		t.Fatalf("met nowhere: %+v, progress %v", res, seen)
+	}
+}
+
+// TestVarySet: the kinds of field a plan can vary, set where the path
+// says.
+func TestVarySet(t *testing.T) {
+	burst, err := os.ReadFile("../scenarios/burst-to-cloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(path string, v int) *scenarios.Scenario {
+		t.Helper()
+		sc, err := scenarios.Parse(burst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := (Vary{Path: path}).Set(sc, v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return sc
+	}
+	if sc := set("clusters.cloud.fleets.game.buffer.size", 42); sc.Spec.Clusters[1].Fleets[0].Buffer.Size != 42 || sc.Spec.Clusters[0].Fleets[0].Replicas != 200 {
+		t.Error("buffer.size not set where the path says")
+	}
+	if sc := set("clusters.on-prem.nodes.count", 7); sc.Spec.Clusters[0].Nodes.Count != 7 {
+		t.Error("nodes.count (int) not set")
+	}
+	if sc := set("clusters.on-prem.allocator.replicas", 3); *sc.Spec.Clusters[0].Allocator.Replicas != 3 {
+		t.Error("allocator.replicas (*int) not set")
+	}
+	if sc := set("seed", 9); *sc.Spec.Seed != 9 {
+		t.Error("seed (*uint64) not set")
+	}
+	sc, err := scenarios.Parse([]byte(fmt.Sprintf(erlangScenario, "10s", 1.0, "1s")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (Vary{Path: "workload.mm.rate.constant"}).Set(sc, 12); err != nil || *sc.Spec.Workload[0].Rate.Constant != 12 {
+		t.Errorf("rate.constant (*float64): %v", err)
+	}
+	if err := (Vary{Path: "workload.mm.rate.spikes"}).Set(sc, 1); err == nil || !strings.Contains(err.Error(), "is not a number") {
+		t.Errorf("a list: %v", err)
 	}
 }
