@@ -3,12 +3,15 @@ package live
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,6 +136,78 @@ func TestFidelity(t *testing.T) {
 	}
 }
 
+// A run stopped early (Ctrl-C) still returns its report, marked
+// interrupted, with what ran until then, and leaves no allocator running.
+func TestInterruptedRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs allocator processes")
+	}
+	qm := buildQM(t)
+	dir := t.TempDir()
+	s := load(t, "../load-spreading.yaml")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var progress strings.Builder
+	var mu sync.Mutex
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		// Cancel once load flows: the first progress line says the rig is up.
+		for ctx.Err() == nil {
+			mu.Lock()
+			up := strings.Contains(progress.String(), "allocators up")
+			mu.Unlock()
+			if up {
+				time.Sleep(3 * time.Second)
+				cancel()
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	rep, err := Run(ctx, s, Options{Scale: 80, QM: qm, Dir: dir, Progress: lockedWriter{&mu, &progress}})
+	<-stopped
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > time.Minute {
+		t.Errorf("an interrupted 90 s run took %v to return", time.Since(start))
+	}
+	if !rep.Live.Interrupted || rep.Results.Totals.Requests == 0 || rep.Results.Totals.Allocated == 0 {
+		t.Errorf("interrupted %v, %d requests, %d allocated; want a partial report marked interrupted",
+			rep.Live.Interrupted, rep.Results.Totals.Requests, rep.Results.Totals.Allocated)
+	}
+	if n := len(rep.Results.Series.T); n == 0 || n >= 240 {
+		t.Errorf("%d samples; want the ones before the interruption (0 < n < 240)", n)
+	}
+	for _, c := range []string{"gcp-east", "azure-east"} {
+		b, err := os.ReadFile(filepath.Join(dir, c, "allocator.ready"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var addrs struct{ GRPC string }
+		if err := json.Unmarshal(b, &addrs); err != nil {
+			t.Fatal(err)
+		}
+		if conn, err := net.DialTimeout("tcp", addrs.GRPC, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("%s's allocator still listens on %s after the run", c, addrs.GRPC)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
 func pass(ok bool) string {
 	if ok {
 		return "ok"
@@ -151,16 +226,41 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
-// buildQM builds the qm binary the allocators run as, without the race
-// detector: they are the system under test, not this package's code.
+// buildQM builds the qm binary the allocators run as, once per test
+// binary, without the race detector: the allocators are the system under
+// test, not this package's code.
 func buildQM(t *testing.T) string {
 	t.Helper()
-	qm := filepath.Join(t.TempDir(), "qm")
-	cmd := exec.Command("go", "build", "-o", qm, "../../cmd/qm")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build qm: %v\n%s", err, out)
+	qmOnce.Do(func() {
+		qmDir, qmErr = os.MkdirTemp("", "qm-live-test-")
+		if qmErr != nil {
+			return
+		}
+		qm := filepath.Join(qmDir, "qm")
+		if out, err := exec.Command("go", "build", "-o", qm, "../../cmd/qm").CombinedOutput(); err != nil {
+			qmErr = fmt.Errorf("go build qm: %v\n%s", err, out)
+			return
+		}
+		qmPath = qm
+	})
+	if qmErr != nil {
+		t.Fatal(qmErr)
 	}
-	return qm
+	return qmPath
+}
+
+var (
+	qmOnce        sync.Once
+	qmDir, qmPath string
+	qmErr         error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if qmDir != "" {
+		os.RemoveAll(qmDir)
+	}
+	os.Exit(code)
 }
 
 // testLog writes progress lines to the test's log.

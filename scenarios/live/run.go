@@ -279,7 +279,12 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 	wall := time.Since(start)
 	cancel()
 	<-samplesDone
-	rec.sample(int(p.Duration / max(p.SampleInterval, 1)))
+	// The ticker may have missed the last samples (a busy machine, or an
+	// interrupted run); the series end at the run's last interval.
+	if p.SampleInterval > 0 {
+		last := int(min(time.Since(start), p.Duration)/p.SampleInterval) - 1
+		rec.sample(max(last, 0))
+	}
 	if err := errors.Join(faultErr); err != nil {
 		return nil, fmt.Errorf("outage links: %w", err)
 	}
@@ -454,7 +459,7 @@ func results(p *Plan, rec *recorder, tries triesOf, info *Info) *sim.Results {
 	finished := float64(rec.requests)
 	res := &sim.Results{
 		Scenario: p.Scenario.Metadata.Name, Seed: *p.Scenario.Spec.Seed, Duration: p.Scenario.Spec.Duration.D().String(),
-		Events:    rec.requests,
+		// Events counts a simulation's events; a live run has none.
 		Clusters:  map[string]sim.ClusterResult{},
 		Providers: map[string]sim.ProviderResult{},
 	}
@@ -545,6 +550,11 @@ func results(p *Plan, rec *recorder, tries triesOf, info *Info) *sim.Results {
 // as JSON and decoded into it.
 func series(p *Plan, rec *recorder) sim.Series {
 	n := len(rec.heldAtSample)
+	if p.SampleInterval > 0 {
+		// Ticks while the last answers and releases came in are past the
+		// scenario's end.
+		n = min(n, int(p.Duration/p.SampleInterval))
+	}
 	type col struct {
 		Allocated          []int     `json:"allocated"`
 		Ready              []int     `json:"ready"`
