@@ -104,6 +104,9 @@ func recordedShares(r *sim.Replayed, rename map[string]string) map[string]float6
 		if to, ok := rename[c]; ok {
 			c = to
 		}
+		if c == "" {
+			c = "(unnamed)" // an answer without a source (not every allocator sets one)
+		}
 		counts[c] += n
 		total += n
 	}
