@@ -138,6 +138,11 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 		name("spec.faults: every cluster has an outage; the callers reach %s, so its outages cut the callers off too", p.Entry)
 	}
 
+	// Only multi-cluster requests go through the entry.
+	multi := false
+	for _, w := range sp.Workload {
+		multi = multi || w.MultiCluster != nil
+	}
 	servers := 0
 	for i, c := range sp.Clusters {
 		path := fmt.Sprintf("spec.clusters[%d]", i)
@@ -147,7 +152,7 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 		if !exact {
 			name("%s.rtt: a link of %v each way with up to %v of uniform jitter, not the simulator's distribution", path, link.Latency.D(), link.Jitter.D())
 		}
-		if c.Name != p.Entry {
+		if c.Name != p.Entry && multi {
 			name("%s.rtt: a request served here pays the entry cluster's (%s) round trip too: callers reach %s through %s's allocator, where the simulator's router reaches it directly",
 				path, p.Entry, c.Name, p.Entry)
 		}

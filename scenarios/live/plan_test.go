@@ -96,6 +96,23 @@ func TestPlanOutagesAndEntry(t *testing.T) {
 	if p.ForwardTimeout != 2*time.Second || p.Deadline != 30*time.Second {
 		t.Errorf("forward timeout %v, deadline %v: per-request times are not scaled", p.ForwardTimeout, p.Deadline)
 	}
+	if !containsPrefix(p.NotModelled, "spec.faults[0]: preferred's links refuse new connections") {
+		t.Errorf("the outage's live form is not named:\n%s", strings.Join(p.NotModelled, "\n"))
+	}
+	// Streams sent to one cluster each never pass the entry, so no detour
+	// through it is named.
+	p, err = NewPlan(load(t, "../cache-staleness.yaml"), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range p.NotModelled {
+		if strings.Contains(n, "round trip too") {
+			t.Errorf("single-cluster streams, yet: %s", n)
+		}
+	}
+	if !containsPrefix(p.NotModelled, "spec.clusters[0].fleets[0].sessionEnd: a released server is replaced") {
+		t.Errorf("sessionEnd Ready is not named:\n%s", strings.Join(p.NotModelled, "\n"))
+	}
 }
 
 // A field the live runner does not know (one added to the format later)
