@@ -192,11 +192,16 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 			}
 			servers += size
 			start, exact := meanOf(f.StartupDelay)
-			if !exact {
+			switch {
+			case f.SessionEnd == "Ready":
+				// The memory backend shuts a released server down; a new
+				// one Ready at once keeps the capacity a server Ready
+				// again gives. A fixed fleet never scales up, so the
+				// start-up delay has nothing else to apply to.
+				start = 0
+				name("%s.sessionEnd: a released server is shut down and replaced at once by a new Ready one (the same capacity, another name)", fp)
+			case !exact:
 				name("%s.startupDelay: every replacement starts in the distribution's mean, %v (scaled)", fp, div(start, scale))
-			}
-			if f.SessionEnd == "Ready" {
-				name("%s.sessionEnd: a released server is replaced by a new one after the start-up delay; Ready again at once is not modelled", fp)
 			}
 			if f.Scheduling == "Distributed" {
 				name("%s.scheduling: the memory backend spreads servers over its nodes whatever the fleet's scheduling", fp)

@@ -110,8 +110,11 @@ func TestPlanOutagesAndEntry(t *testing.T) {
 			t.Errorf("single-cluster streams, yet: %s", n)
 		}
 	}
-	if !containsPrefix(p.NotModelled, "spec.clusters[0].fleets[0].sessionEnd: a released server is replaced") {
+	if !containsPrefix(p.NotModelled, "spec.clusters[0].fleets[0].sessionEnd: a released server is shut down and replaced at once") {
 		t.Errorf("sessionEnd Ready is not named:\n%s", strings.Join(p.NotModelled, "\n"))
+	}
+	if d := p.Clusters[0].Fleets.Fleets[0].StartupDuration.Duration; d != 0 {
+		t.Errorf("sessionEnd Ready: replacements start in %v, want at once", d)
 	}
 }
 

@@ -96,6 +96,12 @@ type StreamInfo struct {
 	// measure), where the results' latencies run from when it was sent.
 	LatencyP99Ms      float64 `json:"latencyP99Ms"`
 	SendLatenessP99Ms float64 `json:"sendLatenessP99Ms"`
+	// SessionMeanDrawnMs is the mean session length drawn (wall time),
+	// SessionMeanHeldMs how long sessions really held their server, from
+	// the allocation's answer to the release call: timers firing late on a
+	// busy machine make sessions longer, and a fleet busier, than drawn.
+	SessionMeanDrawnMs float64 `json:"sessionMeanDrawnMs"`
+	SessionMeanHeldMs  float64 `json:"sessionMeanHeldMs"`
 }
 
 // Run brings the scenario up live, drives its workload, and returns the
@@ -233,6 +239,7 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		err error
 	}
 	outs := make([]streamOut, len(p.Streams))
+	var callers []*caller
 	var wg sync.WaitGroup
 	for i, st := range p.Streams {
 		target := p.Entry
@@ -252,18 +259,24 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 			entry = append(entry, allocation.NewAllocationServiceClient(conn))
 		}
 		c := &caller{rec: rec, alloc: entry, req: req, direct: st.Cluster, sources: sources, admins: admins}
+		callers = append(callers, c)
 		sched, err := sim.NewSchedule(st.Rate, p.Duration)
 		if err != nil {
 			return nil, err
 		}
 		streamSeed := seed ^ (uint64(i+1) * 0x9e3779b97f4a7c15)
+		draw := sessionSampler(st.Session, streamSeed)
 		opts := loadgen.Options{
-			NewPacer:      func() loadgen.Pacer { return newPoissonPacer(sched, streamSeed) },
-			Duration:      p.Duration,
-			Timeout:       p.Deadline,
-			MaxInFlight:   8192,
-			Release:       true,
-			SessionLength: sessionSampler(st.Session, streamSeed),
+			NewPacer:    func() loadgen.Pacer { return newPoissonPacer(sched, streamSeed) },
+			Duration:    p.Duration,
+			Timeout:     p.Deadline,
+			MaxInFlight: 8192,
+			Release:     true,
+			SessionLength: func() time.Duration {
+				d := draw()
+				c.drawn.add(d)
+				return d
+			},
 		}
 		cfg := loadgen.Config{Mode: "open", Arrival: "scenario:" + p.Scenario.Metadata.Name + "/" + st.Name, Seed: streamSeed,
 			Connections: len(entry), DurationSeconds: p.Duration.Seconds()}
@@ -300,10 +313,24 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 			return nil, fmt.Errorf("stream %s: %w", p.Streams[i].Name, o.err)
 		}
 		t := o.res.Targets[0]
-		rep.Live.Streams = append(rep.Live.Streams, StreamInfo{
+		si := StreamInfo{
 			Name: p.Streams[i].Name, Target: t.Addr, Intended: t.Intended, Sent: t.Sent, NotSent: t.NotSent,
 			LatencyP99Ms: round4(t.Latency.P99Ms), SendLatenessP99Ms: round4(t.SendLateness.P99Ms),
-		})
+			SessionMeanDrawnMs: callers[i].drawn.ms(), SessionMeanHeldMs: callers[i].sessions.ms(),
+		}
+		rep.Live.Streams = append(rep.Live.Streams, si)
+		// Wall-clock lateness is multiplied by the time scale in scenario
+		// time; say so when it is large enough to matter.
+		if late := time.Duration(si.SendLatenessP99Ms * 1e6 * p.Scale); late > time.Second {
+			rep.Live.NotModelled = append(rep.Live.NotModelled, fmt.Sprintf(
+				"spec.workload[%d]: 1%% of arrivals were sent over %.0f ms late (wall), %v of scenario time at this time scale; a smaller --time-scale follows the schedule more closely",
+				i, si.SendLatenessP99Ms, late.Round(time.Second)))
+		}
+		if d, h := si.SessionMeanDrawnMs, si.SessionMeanHeldMs; d > 0 && h > 1.05*d {
+			rep.Live.NotModelled = append(rep.Live.NotModelled, fmt.Sprintf(
+				"spec.workload[%d].sessionLength: sessions held their servers %.0f%% longer than drawn (mean %.1f ms against %.1f ms of wall time: late release timers on a busy machine), so the fleets were that much busier; a smaller --time-scale keeps this down",
+				i, 100*(h/d-1), h, d))
+		}
 		if t.NotSent > 0 {
 			rep.Live.NotModelled = append(rep.Live.NotModelled, fmt.Sprintf(
 				"spec.workload[%d]: %d of %d arrivals were not sent (the generator fell behind); they are in no figure of the results", i, t.NotSent, t.Intended))
@@ -347,7 +374,38 @@ type caller struct {
 	direct  string
 	sources map[string]string
 	admins  map[string]qmv1.AllocationAdminClient
-	held    sync.Map // *loadgen.Session -> cluster
+	held    sync.Map // *loadgen.Session -> heldSession
+	// drawn are the session lengths loadgen drew, sessions how long they
+	// held their servers.
+	drawn, sessions runningMean
+}
+
+type heldSession struct {
+	cluster string
+	since   time.Time
+}
+
+// runningMean is a mean of durations, safe for concurrent use.
+type runningMean struct {
+	mu  sync.Mutex
+	sum time.Duration
+	n   int64
+}
+
+func (m *runningMean) add(d time.Duration) {
+	m.mu.Lock()
+	m.sum += d
+	m.n++
+	m.mu.Unlock()
+}
+
+func (m *runningMean) ms() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n == 0 {
+		return 0
+	}
+	return round4(float64(m.sum/time.Duration(m.n)) / 1e6)
 }
 
 func (c *caller) Call(ctx context.Context) (codes.Code, *loadgen.Session) {
@@ -378,7 +436,7 @@ func (c *caller) Call(ctx context.Context) (codes.Code, *loadgen.Session) {
 		ns = "default"
 	}
 	s := &loadgen.Session{Namespace: ns, Name: resp.GetGameServerName()}
-	c.held.Store(s, cluster)
+	c.held.Store(s, heldSession{cluster, time.Now()})
 	return codes.OK, s
 }
 
@@ -387,7 +445,9 @@ func (c *caller) Release(ctx context.Context, s *loadgen.Session) error {
 	if !ok {
 		return status.Error(codes.NotFound, "not a session of this run")
 	}
-	cluster := v.(string)
+	h := v.(heldSession)
+	c.sessions.add(time.Since(h.since))
+	cluster := h.cluster
 	_, err := c.admins[cluster].Release(ctx, &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name})
 	c.rec.released(cluster, err == nil)
 	return err
