@@ -345,9 +345,10 @@ type Policy struct {
 	// Labels are matched by MultiClusterSetting.PolicySelector.
 	Labels     map[string]string
 	Connection ConnectionInfo
-	// Window is when the policy is in force (the zero Window: always).
-	// Agones has no such field; allocators read it from annotations.
-	Window Window
+	// Window is when the policy is in force; nil: always. Agones has no
+	// such field; allocators read it from annotations. A pointer, so that
+	// the policies every multi-cluster request copies stay small.
+	Window *Window
 }
 
 // ConnectionInfo says how to reach a cluster's allocator.

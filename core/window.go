@@ -10,8 +10,8 @@ import (
 
 // Window is when a policy is in force: between From and Until, and, when
 // During is given, only while one of its recurrences is open, and never
-// while one of Except's is. The zero Window is always open, so a policy
-// without one behaves as Agones' policies do.
+// while one of Except's is. The zero Window, and a nil *Window, are always
+// open, so a policy without one behaves as Agones' policies do.
 //
 // Whether a window is open is a function of the instant alone; callers
 // pass the instant (the live forwarder its clock, the simulator its
@@ -28,12 +28,15 @@ type Window struct {
 }
 
 // IsZero reports whether w sets nothing (and so is always open).
-func (w Window) IsZero() bool {
-	return w.From.IsZero() && w.Until.IsZero() && len(w.During) == 0 && len(w.Except) == 0
+func (w *Window) IsZero() bool {
+	return w == nil || w.From.IsZero() && w.Until.IsZero() && len(w.During) == 0 && len(w.Except) == 0
 }
 
 // Open reports whether the window is open at t.
-func (w Window) Open(t time.Time) bool {
+func (w *Window) Open(t time.Time) bool {
+	if w == nil {
+		return true
+	}
 	if !w.From.IsZero() && t.Before(w.From) {
 		return false
 	}
@@ -61,7 +64,10 @@ func (w Window) Open(t time.Time) bool {
 }
 
 // Validate checks that the window can ever be open as written.
-func (w Window) Validate() error {
+func (w *Window) Validate() error {
+	if w == nil {
+		return nil
+	}
 	if !w.From.IsZero() && !w.Until.IsZero() && !w.Until.After(w.From) {
 		return fmt.Errorf("until (%s) must be after from (%s)", w.Until.Format(time.RFC3339), w.From.Format(time.RFC3339))
 	}
@@ -82,7 +88,7 @@ const maxSteps = 1 << 20
 
 // NextChange returns the first instant after t, and not after limit, at
 // which the window opens or closes; false when it does neither by limit.
-func (w Window) NextChange(t, limit time.Time) (time.Time, bool) {
+func (w *Window) NextChange(t, limit time.Time) (time.Time, bool) {
 	if w.IsZero() {
 		return time.Time{}, false
 	}
@@ -103,7 +109,7 @@ func (w Window) NextChange(t, limit time.Time) (time.Time, bool) {
 
 // nextBoundary is the first instant after t at which some part of w may
 // change: From, Until, or a recurrence's boundary.
-func (w Window) nextBoundary(t time.Time) (time.Time, bool) {
+func (w *Window) nextBoundary(t time.Time) (time.Time, bool) {
 	var best time.Time
 	take := func(c time.Time) {
 		if c.After(t) && (best.IsZero() || c.Before(best)) {
@@ -129,7 +135,7 @@ func (w Window) nextBoundary(t time.Time) (time.Time, bool) {
 
 // String writes the window the way ParseWindow reads its parts, for logs
 // and `qm policies`; "always" for the zero Window.
-func (w Window) String() string {
+func (w *Window) String() string {
 	if w.IsZero() {
 		return "always"
 	}

@@ -318,8 +318,8 @@ func TestPoliciesAt(t *testing.T) {
 	maintenance := mustWindow(t, "2026-11-24T20:00:00Z", "2026-11-24T22:00:00Z", "", "")
 	ps := []Policy{
 		{Name: "onprem", Priority: 1, Weight: 1, Connection: ConnectionInfo{ClusterName: "onprem"}},
-		{Name: "cloud-evening", Priority: 2, Weight: 1, Window: evening, Connection: ConnectionInfo{ClusterName: "cloud"}},
-		{Name: "cloud-maintenance", Priority: 0, Weight: 1, Window: maintenance, Connection: ConnectionInfo{ClusterName: "cloud"}},
+		{Name: "cloud-evening", Priority: 2, Weight: 1, Window: &evening, Connection: ConnectionInfo{ClusterName: "cloud"}},
+		{Name: "cloud-maintenance", Priority: 0, Weight: 1, Window: &maintenance, Connection: ConnectionInfo{ClusterName: "cloud"}},
 	}
 	names := func(ps []Policy) string {
 		var n []string
@@ -360,6 +360,10 @@ func TestPoliciesAt(t *testing.T) {
 	}
 	if _, ok := NextPolicyChange(ps[:1], utc("2026-11-24T17:00:00Z"), utc("2036-12-31T00:00:00Z")); ok {
 		t.Error("a policy without a window changed")
+	}
+	// A policy without a window has a nil one: always open, never changing.
+	if w := ps[0].Window; w != nil || !w.Open(time.Time{}) || !w.IsZero() || w.String() != "always" || w.Validate() != nil {
+		t.Errorf("nil window: %v %v %v %q", w, w.Open(time.Time{}), w.IsZero(), w.String())
 	}
 }
 

@@ -274,12 +274,13 @@ func (r Recurrences) MarshalYAML() (any, error) { return r.strings(), nil }
 // MarshalJSON writes the recurrences as a list of strings.
 func (r Recurrences) MarshalJSON() ([]byte, error) { return json.Marshal(r.strings()) }
 
-// Core is the window for a run whose virtual time zero is start.
-func (w *PolicyWindow) Core(start time.Time) core.Window {
+// Core is the window for a run whose virtual time zero is start; nil
+// (always) when w is.
+func (w *PolicyWindow) Core(start time.Time) *core.Window {
 	if w == nil {
-		return core.Window{}
+		return nil
 	}
-	out := core.Window{During: w.During, Except: w.Except}
+	out := &core.Window{During: w.During, Except: w.Except}
 	if w.From != nil {
 		out.From = w.From.resolve(start)
 	}

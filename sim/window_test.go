@@ -31,7 +31,7 @@ func hourlyConfig(t *testing.T) *Config {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Priority, p.Window = 0, w
+			p.Priority, p.Window = 0, &w
 		}
 		cfg.Policies = append(cfg.Policies, p)
 		cfg.Phases = append(cfg.Phases, Phase{Name: fmt.Sprintf("hour%d", i), Start: time.Duration(i) * time.Hour, End: time.Duration(i+1) * time.Hour})

@@ -595,7 +595,7 @@ func policyOf(po policyObject) (core.Policy, error) {
 			Namespace:   po.Spec.ConnectionInfo.Namespace,
 			ServerCA:    po.Spec.ConnectionInfo.ServerCA,
 		},
-		Window: w,
+		Window: windowOrNil(w),
 	}, err
 }
 

@@ -76,10 +76,23 @@ func isWindowKey(k string) bool {
 	return false
 }
 
+// windowOrNil is w for a policy: nil when w sets nothing, so that a policy
+// without a window carries none.
+func windowOrNil(w core.Window) *core.Window {
+	if w.IsZero() {
+		return nil
+	}
+	return &w
+}
+
 // WindowAnnotations is the inverse of WindowFromAnnotations: the
-// annotations that give a policy window w (none for the zero Window).
-func WindowAnnotations(w core.Window) map[string]string {
+// annotations that give a policy window w (none for nil or the zero
+// Window).
+func WindowAnnotations(w *core.Window) map[string]string {
 	out := map[string]string{}
+	if w == nil {
+		return out
+	}
 	if !w.From.IsZero() {
 		out[WindowFromAnnotation] = w.From.Format(time.RFC3339Nano)
 	}

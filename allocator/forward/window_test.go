@@ -18,13 +18,13 @@ import (
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
-func window(t testing.TB, from, until, during, except string) core.Window {
+func window(t testing.TB, from, until, during, except string) *core.Window {
 	t.Helper()
 	w, err := core.ParseWindow(from, until, during, except)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w
+	return &w
 }
 
 func TestWindowAnnotations(t *testing.T) {
@@ -42,14 +42,14 @@ func TestWindowAnnotations(t *testing.T) {
 	if len(w.During) != 2 || len(w.Except) != 1 || !w.From.Equal(time.Date(2026, 11, 24, 21, 0, 0, 0, time.UTC)) {
 		t.Fatalf("window read as %s", w)
 	}
-	back, err := forward.WindowFromAnnotations(forward.WindowAnnotations(w))
+	back, err := forward.WindowFromAnnotations(forward.WindowAnnotations(&w))
 	if err != nil || back.String() != w.String() {
 		t.Fatalf("round trip: %s, %v; want %s", back, err, w)
 	}
 	if w, err := forward.WindowFromAnnotations(map[string]string{"other": "x"}); err != nil || !w.IsZero() {
 		t.Fatalf("no window annotations: %s, %v", w, err)
 	}
-	if n := len(forward.WindowAnnotations(core.Window{})); n != 0 {
+	if n := len(forward.WindowAnnotations(nil)) + len(forward.WindowAnnotations(&core.Window{})); n != 0 {
 		t.Fatalf("the zero window wrote %d annotations", n)
 	}
 
@@ -108,7 +108,7 @@ func refusingLocal(context.Context, *allocation.AllocationRequest) (*allocation.
 	return nil, status.Error(codes.ResourceExhausted, "no game server")
 }
 
-func localPolicy(name, cluster string, priority int32, w core.Window) core.Policy {
+func localPolicy(name, cluster string, priority int32, w *core.Window) core.Policy {
 	return core.Policy{Name: name, Priority: priority, Weight: 1, Labels: map[string]string{"set": "w"},
 		Connection: core.ConnectionInfo{ClusterName: cluster}, Window: w}
 }
@@ -130,7 +130,7 @@ func TestForwarderFollowsWindows(t *testing.T) {
 	clk := &rigClock{now: time.Date(2026, 11, 23, 17, 59, 59, 0, time.UTC)} // a Monday
 	evening := window(t, "", "", "daily 18:00-23:00 UTC", "")
 	store := forward.NewStore(forward.NewSet(map[string][]core.Policy{"default": {
-		localPolicy("always", "a", 1, core.Window{}),
+		localPolicy("always", "a", 1, nil),
 		localPolicy("evening", "b", 0, evening),
 		{Name: "night", Labels: map[string]string{"set": "night"}, Connection: core.ConnectionInfo{ClusterName: "n"},
 			Window: window(t, "", "", "daily 01:00-05:00 UTC", "")},
