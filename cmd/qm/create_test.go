@@ -10,8 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/fleetagent"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 )
+
+// The agent starts what the allocator's Create makes only if both name the
+// label alike (fleetagent keeps its own copy to stay free of the allocator).
+func TestTemplateLabelAgrees(t *testing.T) {
+	if fleetagent.TemplateLabel != allocator.TemplateLabel {
+		t.Fatalf("fleetagent.TemplateLabel %q, allocator.TemplateLabel %q", fleetagent.TemplateLabel, allocator.TemplateLabel)
+	}
+}
 
 // createTemplatesYAML is the templates the create tests serve: one of its
 // own and one that takes the example Fleet's template (examples/fleet.yaml
