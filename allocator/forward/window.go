@@ -181,7 +181,6 @@ type inForce struct {
 // windows keeps the snapshot of a Lister.
 type windows struct {
 	src   Lister // nil: the source cannot list, policies are filtered per request
-	plain Source
 	clock Clock
 	log   *slog.Logger
 
@@ -194,7 +193,7 @@ type windows struct {
 
 func newWindows(src Source, clock Clock, log *slog.Logger, reg prometheus.Registerer) (*windows, error) {
 	w := &windows{
-		plain: src, clock: clock, log: log,
+		clock: clock, log: log,
 		inForceGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "qm_forward_policies_in_force",
 			Help: "GameServerAllocationPolicies in force now, by namespace (their time window, if any, is open).",
