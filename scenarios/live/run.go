@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
@@ -174,6 +175,13 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		admins[c.Name] = qmv1.NewAllocationAdminClient(conn)
 	}
 
+	// Every connection up before the clock starts, so the first requests
+	// do not pay the TLS handshakes, and a rig that cannot be reached fails
+	// here, saying which connection.
+	if err := warmUp(ctx, conns); err != nil {
+		return nil, err
+	}
+
 	start := time.Now()
 	rec := newRecorder(p, start)
 	sources := r.sourceClusters()
@@ -251,12 +259,17 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 			return nil, fmt.Errorf("stream %s: %w", st.Name, err)
 		}
 		var entry []allocation.AllocationServiceClient
+		var streamConns []*grpc.ClientConn
 		for range 4 {
 			conn, err := dial(r.callerAddr(target))
 			if err != nil {
 				return nil, err
 			}
+			streamConns = append(streamConns, conn)
 			entry = append(entry, allocation.NewAllocationServiceClient(conn))
+		}
+		if err := warmUp(ctx, streamConns); err != nil {
+			return nil, err
 		}
 		c := &caller{rec: rec, alloc: entry, req: req, direct: st.Cluster, sources: sources, admins: admins}
 		callers = append(callers, c)
@@ -298,8 +311,11 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		last := int(min(time.Since(start), p.Duration)/p.SampleInterval) - 1
 		rec.sample(max(last, 0))
 	}
-	if err := errors.Join(faultErr); err != nil {
-		return nil, fmt.Errorf("outage links: %w", err)
+	faultMu.Lock()
+	ferr := faultErr
+	faultMu.Unlock()
+	if ferr != nil {
+		return nil, fmt.Errorf("outage links: %w", ferr)
 	}
 
 	rep := &Report{
@@ -345,6 +361,21 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		return nil, err
 	}
 	return rep, nil
+}
+
+// warmUp makes a health check on every connection: any answer from the
+// allocator proves the connection and the certificates work.
+func warmUp(ctx context.Context, conns []*grpc.ClientConn) error {
+	for _, c := range conns {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := healthpb.NewHealthClient(c).Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unauthenticated:
+			return fmt.Errorf("allocator at %s: %v", c.Target(), status.Convert(err).Message())
+		}
+	}
+	return nil
 }
 
 func progressLine(p *Plan, rec *recorder, wall time.Duration) string {
