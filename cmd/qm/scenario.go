@@ -60,12 +60,13 @@ func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 type scenarioFlags struct {
-	fs    *flag.FlagSet
-	live  *bool
-	scale *float64
-	out   *string
-	quiet *bool
-	dir   *string
+	fs      *flag.FlagSet
+	live    *bool
+	scale   *float64
+	out     *string
+	quiet   *bool
+	dir     *string
+	backend *string
 }
 
 func newScenarioFlags() *scenarioFlags {
@@ -75,6 +76,7 @@ func newScenarioFlags() *scenarioFlags {
 	f.scale = f.fs.Float64("time-scale", 1, "with --live: scenario seconds per wall second (rates are multiplied by it); 1 to 3600")
 	f.out = f.fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr)")
 	f.quiet = f.fs.Bool("quiet", false, "no progress and no table; only failures and errors")
+	f.backend = f.fs.String("backend", live.BackendMemory, "with --live: memory (one memory-backend qm serve per cluster) or kubernetes (the multi-cluster rig: API servers, fleet agents, the file's allocator replicas; needs bin/etcd and bin/kube-apiserver, about 60 requests/s at most, no outages)")
 	f.dir = f.fs.String("dir", "", "with --live: keep the rig's certificates, fleets, policies and allocator logs in this new directory (default: a temporary one, removed)")
 	return f
 }
@@ -110,7 +112,7 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	set := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if !*f.live {
-		for _, n := range []string{"time-scale", "dir"} {
+		for _, n := range []string{"time-scale", "dir", "backend"} {
 			if set[n] {
 				return usageFail(stderr, "scenario run", usage, "--%s applies to --live runs only", n)
 			}
@@ -127,6 +129,9 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *f.scale < 1 || *f.scale > live.MaxScale {
 		return usageFail(stderr, "scenario run", usage, "--time-scale %v: must be 1 to %d", *f.scale, live.MaxScale)
 	}
+	if *f.backend != live.BackendMemory && *f.backend != live.BackendKubernetes {
+		return usageFail(stderr, "scenario run", usage, "--backend %q: want %s or %s", *f.backend, live.BackendMemory, live.BackendKubernetes)
+	}
 	sc, err := scenarios.Load(files[0])
 	if err != nil {
 		return err
@@ -139,7 +144,7 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	opt := live.Options{Scale: *f.scale, Dir: *f.dir}
+	opt := live.Options{Scale: *f.scale, Dir: *f.dir, Backend: *f.backend}
 	if !*f.quiet {
 		opt.Progress = stderr
 	}
@@ -164,7 +169,7 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	sr := rep.SimReport()
 	if !*f.quiet {
-		fmt.Fprintf(stdout, "live run at time scale %v (%.0f s wall), callers through %s; not modelled live:\n", rep.Live.TimeScale, rep.Live.WallSeconds, rep.Live.Entry)
+		fmt.Fprintf(stdout, "live run on the %s backend at time scale %v (%.0f s wall), callers through %s; not modelled live:\n", rep.Live.Backend, rep.Live.TimeScale, rep.Live.WallSeconds, rep.Live.Entry)
 		for _, n := range rep.Live.NotModelled {
 			fmt.Fprintf(stdout, "  - %s\n", n)
 		}

@@ -25,6 +25,8 @@ func TestScenarioRunUsage(t *testing.T) {
 		{[]string{"scenario", "run", valid, "--time-scale", "10"}, 2, "--time-scale applies to --live runs only"},
 		{[]string{"scenario", "run", valid, "--dir", t.TempDir()}, 2, "--dir applies to --live runs only"},
 		{[]string{"scenario", "run", valid, "--live", "--time-scale", "0"}, 2, "--time-scale 0: must be 1 to 3600"},
+		{[]string{"scenario", "run", valid, "--backend", "kubernetes"}, 2, "--backend applies to --live runs only"},
+		{[]string{"scenario", "run", valid, "--live", "--backend", "docker"}, 2, `--backend "docker": want memory or kubernetes`},
 		{[]string{"scenario", "run", spreading, "--live", "--time-scale", "1000"}, 1, "choose a smaller --time-scale"},
 		{[]string{"scenario", "run", "no-such-file.yaml", "--live"}, 1, "no-such-file.yaml"},
 	} {

@@ -136,6 +136,46 @@ func TestFidelity(t *testing.T) {
 	}
 }
 
+// TestKubernetesBackend runs a small burst to cloud on the multi-cluster
+// rig (API servers, fleet agents, two cloud replicas) and checks the
+// cluster shares against the simulator's. Only with QM_LIVE_FIDELITY=all
+// or kube (`make live-fidelity`): it takes about 80 s.
+func TestKubernetesBackend(t *testing.T) {
+	if v := os.Getenv("QM_LIVE_FIDELITY"); testing.Short() || (v != "all" && !strings.Contains(v, "kube")) {
+		t.Skip("QM_LIVE_FIDELITY=all or kube runs it (make live-fidelity)")
+	}
+	qm := buildQM(t)
+	s := load(t, "testdata/kube-small.yaml")
+	simRep, err := s.Run(scenarios.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, s, Options{Scale: 20, QM: qm, Backend: BackendKubernetes, Progress: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Live.Backend != BackendKubernetes {
+		t.Errorf("backend %q", rep.Live.Backend)
+	}
+	for _, n := range []string{"on-prem", "cloud"} {
+		p, m := simRep.Results.Clusters[n].Share, rep.Results.Clusters[n].Share
+		t.Logf("%s share: simulated %.4f, live %.4f", n, p, m)
+		if math.Abs(p-m) > 0.05 {
+			t.Errorf("%s's share: simulated %.4f, live %.4f: more than 5 points apart", n, p, m)
+		}
+	}
+	t.Logf("success rate: simulated %.4f, live %.4f (not compared: see scenarios/README.md)", simRep.Results.Totals.SuccessRate, rep.Results.Totals.SuccessRate)
+	if !containsPrefix(rep.Live.NotModelled, "spec.clusters[1].apiServer.writeLatency: the rig's API server is real") {
+		t.Errorf("the kubernetes rig's differences are not named:\n%s", strings.Join(rep.Live.NotModelled, "\n"))
+	}
+	if out := os.Getenv("QM_LIVE_OUT"); out != "" {
+		writeJSON(t, filepath.Join(out, "kube-small-sim.json"), simRep)
+		writeJSON(t, filepath.Join(out, "kube-small-live.json"), rep)
+	}
+}
+
 // A run stopped early (Ctrl-C) still returns its report, marked
 // interrupted, with what ran until then, and leaves no allocator running.
 func TestInterruptedRun(t *testing.T) {

@@ -267,14 +267,21 @@ func (r *memRig) setDown(cluster string, down bool) error {
 	return errors.Join(errs...)
 }
 
-// callerAddr is where the callers dial a cluster: through its link.
-func (r *memRig) callerAddr(cluster string) string {
+func (r *memRig) certsDir() string { return r.certs.Dir }
+
+func (r *memRig) callerAddrs(cluster string) []string {
 	for _, lg := range r.gates {
 		if lg.from == rig.CallersName && lg.to == cluster {
-			return lg.g.addr
+			return []string{lg.g.addr}
 		}
 	}
-	return ""
+	return nil
+}
+
+func (r *memRig) releaseAddr(cluster string) string { return r.allocators[cluster].grpc }
+
+func (r *memRig) metricsAddrs(cluster string) []string {
+	return []string{r.allocators[cluster].http}
 }
 
 // sourceClusters maps what an allocation's source can say to the cluster

@@ -20,6 +20,10 @@ import (
 // divided by the time scale.
 type Plan struct {
 	Scenario *scenarios.Scenario
+	// Backend is where the game servers live: BackendMemory (one
+	// memory-backend allocator per cluster) or BackendKubernetes (the
+	// multi-cluster rig: API servers, fleet agents, allocator replicas).
+	Backend string
 	// Scale is the time scale N: one wall second is N scenario seconds.
 	Scale float64
 	// Entry is the cluster whose allocator the callers send multi-cluster
@@ -86,17 +90,37 @@ const (
 	maxServers = 50_000
 )
 
+// Backends a live run can use.
+const (
+	BackendMemory     = "memory"
+	BackendKubernetes = "kubernetes"
+)
+
+// kubeMaxRate bounds the arrivals per second on the kubernetes rig: every
+// allocation is an API write, its release another, and the fleet agent's
+// replacement two more, on API servers that share these two cores (about
+// 250 GameServer writes/s in all, docs/local-clusters.md).
+const kubeMaxRate = 60
+
 // Forwarder breaker defaults (allocator/forward's), scaled by the plan.
 const (
 	breakerOpen    = time.Second
 	breakerMaxOpen = 30 * time.Second
 )
 
-// NewPlan works out the live run of s at time scale scale.
-func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
+// NewPlan works out the live run of s at time scale scale on backend
+// (BackendMemory when empty).
+func NewPlan(s *scenarios.Scenario, scale float64, backend string) (*Plan, error) {
 	if math.IsNaN(scale) || scale < 1 || scale > MaxScale {
 		return nil, fmt.Errorf("time scale %v: must be 1 to %d (N scenario seconds per wall second)", scale, MaxScale)
 	}
+	if backend == "" {
+		backend = BackendMemory
+	}
+	if backend != BackendMemory && backend != BackendKubernetes {
+		return nil, fmt.Errorf("backend %q: want %s or %s", backend, BackendMemory, BackendKubernetes)
+	}
+	kube := backend == BackendKubernetes
 	cfg, err := s.Config()
 	if err != nil {
 		return nil, err
@@ -104,6 +128,7 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 	sp := &s.Spec
 	p := &Plan{
 		Scenario:       s,
+		Backend:        backend,
 		Scale:          scale,
 		Duration:       div(cfg.Duration, scale),
 		SampleInterval: div(sampleInterval(cfg), scale),
@@ -119,6 +144,12 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 		if f.Type != "outage" {
 			name("spec.faults[%d]: fault type %q has no live form", i, f.Type)
 			continue
+		}
+		if kube {
+			// Switching the rig's link faults while the links carry load
+			// can deadlock inside toxiproxy; the memory rig puts gates of
+			// its own in front of the links instead.
+			return nil, fmt.Errorf("spec.faults[%d]: outages run on the memory backend only (--backend memory)", i)
 		}
 		down[f.Cluster] = true
 		name("spec.faults[%d]: %s's links refuse new connections and cut open ones from %v to %v (wall); the entry's breaker then skips it, so requests do not each pay the forwardTimeout the simulator charges",
@@ -157,19 +188,34 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 				path, p.Entry, c.Name, p.Entry)
 		}
 		cp.Fleets = memory.Config{APIVersion: memory.APIVersion, Kind: memory.Kind, Nodes: c.Nodes.Count}
-		name("%s.nodes: the memory backend's nodes have no slot limit; packing, node-hours and cost are not measured live", path)
+		if kube {
+			name("%s.nodes: the fleet agent places servers on %d nodes of %d; packing, node-hours and cost are not measured live", path, c.Nodes.Count, c.Nodes.Slots)
+		} else {
+			name("%s.nodes: the memory backend's nodes have no slot limit; packing, node-hours and cost are not measured live", path)
+		}
 		if c.CostPerNodeHour != 0 {
 			name("%s.costPerNodeHour: no cost is measured live", path)
 		}
-		if d := c.APIServer.WriteLatency; d != nil && !isZero(d) {
-			name("%s.apiServer.writeLatency: the memory backend commits an allocation at once; there is no API server", path)
-		}
 		a := c.Allocator
-		if *a.Replicas > 1 {
-			name("%s.allocator.replicas: one allocator process, not %d replicas (memory backends cannot share servers), so no write conflicts", path, *a.Replicas)
-		}
-		if d := a.InformerDelay; d != nil && !isZero(d) {
-			name("%s.allocator.informerDelay: the memory backend's cache is its source of truth; nothing is stale", path)
+		switch {
+		case kube:
+			name("%s.apiServer.writeLatency: the rig's API server is real (etcd without fsync, on this machine); its own write latency applies", path)
+			if d := a.InformerDelay; d != nil && !isZero(d) {
+				name("%s.allocator.informerDelay: the allocators' informers are real; their own delay applies", path)
+			}
+			if *a.Replicas > 1 && !a.ReplicaShards {
+				name("%s.allocator.replicaShards: the rig's %d replicas each prefer their own shard of the servers (qm serve --replica-shard)", path, *a.Replicas)
+			}
+		default:
+			if d := c.APIServer.WriteLatency; d != nil && !isZero(d) {
+				name("%s.apiServer.writeLatency: the memory backend commits an allocation at once; there is no API server", path)
+			}
+			if *a.Replicas > 1 {
+				name("%s.allocator.replicas: one allocator process, not %d replicas (memory backends cannot share servers), so no write conflicts", path, *a.Replicas)
+			}
+			if d := a.InformerDelay; d != nil && !isZero(d) {
+				name("%s.allocator.informerDelay: the memory backend's cache is its source of truth; nothing is stale", path)
+			}
 		}
 		if d := a.DecisionTime; d != nil && !isZero(d) {
 			name("%s.allocator.decisionTime: the allocator's own decision time applies", path)
@@ -177,7 +223,7 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 		if a.Workers > 0 {
 			name("%s.allocator.workers: the allocator serves requests concurrently without a worker bound", path)
 		}
-		if a.ReplicaShards || a.PackedSpread > 1 {
+		if !kube && (a.ReplicaShards || a.PackedSpread > 1) {
 			name("%s.allocator.replicaShards/packedSpread: one replica allocates exact Packed", path)
 		}
 		for j, f := range c.Fleets {
@@ -193,6 +239,11 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 			servers += size
 			start, exact := meanOf(f.StartupDelay)
 			switch {
+			case kube:
+				name("%s.startupDelay: the fleet agent starts a replacement in 100 ms of wall time, whatever the file says", fp)
+				if f.SessionEnd == "Ready" {
+					name("%s.sessionEnd: a released server is shut down and replaced by the fleet agent", fp)
+				}
 			case f.SessionEnd == "Ready":
 				// The memory backend shuts a released server down; a new
 				// one Ready at once keeps the capacity a server Ready
@@ -203,7 +254,7 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 			case !exact:
 				name("%s.startupDelay: every replacement starts in the distribution's mean, %v (scaled)", fp, div(start, scale))
 			}
-			if f.Scheduling == "Distributed" {
+			if !kube && f.Scheduling == "Distributed" {
 				name("%s.scheduling: the memory backend spreads servers over its nodes whatever the fleet's scheduling", fp)
 			}
 			fs := memory.FleetSpec{
@@ -238,6 +289,9 @@ func NewPlan(s *scenarios.Scenario, scale float64) (*Plan, error) {
 		if peak := peakRate(sched, p.Duration); peak > maxRate {
 			return nil, fmt.Errorf("spec.workload[%d]: at time scale %v the rate reaches %.0f requests/s; one generator here sends at most %d/s (choose a smaller --time-scale)",
 				i, scale, peak, maxRate)
+		} else if kube && peak > kubeMaxRate {
+			return nil, fmt.Errorf("spec.workload[%d]: at time scale %v the rate reaches %.0f requests/s; the kubernetes rig's API servers on this machine take about %d/s with releases and replacements (choose a smaller --time-scale)",
+				i, scale, peak, kubeMaxRate)
 		}
 		p.Streams = append(p.Streams, StreamPlan{
 			Name: st.Name, Rate: scaleRate(st.Rate, scale), Session: scaleDist(st.Session, scale),

@@ -26,7 +26,7 @@ func load(t *testing.T, path string) *scenarios.Scenario {
 // the load it sees in the simulator.
 func TestPlanScalesTimeAndRates(t *testing.T) {
 	s := load(t, "../burst-to-cloud.yaml")
-	p, err := NewPlan(s, 120)
+	p, err := NewPlan(s, 120, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestPlanScalesTimeAndRates(t *testing.T) {
 // The callers reach the first cluster that has no outage; the outage's
 // times are scaled, and so are the breakers' periods.
 func TestPlanOutagesAndEntry(t *testing.T) {
-	p, err := NewPlan(load(t, "../provider-preference.yaml"), 100)
+	p, err := NewPlan(load(t, "../provider-preference.yaml"), 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestPlanOutagesAndEntry(t *testing.T) {
 	}
 	// Streams sent to one cluster each never pass the entry, so no detour
 	// through it is named.
-	p, err = NewPlan(load(t, "../cache-staleness.yaml"), 60)
+	p, err = NewPlan(load(t, "../cache-staleness.yaml"), 60, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,11 +131,11 @@ func TestPlanNamesUnknownFieldsAndRefusesBadScales(t *testing.T) {
 		t.Errorf("a shipped scenario has fields the runner does not know: %q", got)
 	}
 	for _, scale := range []float64{0, 0.5, math.NaN(), MaxScale + 1} {
-		if _, err := NewPlan(s, scale); err == nil || !strings.Contains(err.Error(), "time scale") {
+		if _, err := NewPlan(s, scale, ""); err == nil || !strings.Contains(err.Error(), "time scale") {
 			t.Errorf("scale %v: error %v, want one naming the time scale", scale, err)
 		}
 	}
-	if _, err := NewPlan(s, 1000); err == nil || !strings.Contains(err.Error(), "--time-scale") {
+	if _, err := NewPlan(s, 1000, ""); err == nil || !strings.Contains(err.Error(), "--time-scale") {
 		t.Errorf("6/s at scale 1000: error %v, want the generator's limit and the flag to change", err)
 	}
 }
@@ -299,5 +299,36 @@ func TestGateDownAndUp(t *testing.T) {
 	defer c.Close()
 	if err := echo(c); err != nil {
 		t.Errorf("after the outage: %v", err)
+	}
+}
+
+// The kubernetes rig has replicas and a real API server, names what it
+// does differently, and refuses what it cannot do with the reason.
+func TestPlanKubernetes(t *testing.T) {
+	p, err := NewPlan(load(t, "testdata/kube-small.yaml"), 20, BackendKubernetes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"spec.clusters[1].allocator.replicaShards: the rig's 2 replicas each prefer their own shard",
+		"spec.clusters[0].fleets[0].startupDelay: the fleet agent starts a replacement in 100 ms",
+	} {
+		if !containsPrefix(p.NotModelled, want) {
+			t.Errorf("notModelled lacks %q:\n%s", want, strings.Join(p.NotModelled, "\n"))
+		}
+	}
+	for _, n := range p.NotModelled {
+		if strings.Contains(n, "one allocator process") {
+			t.Errorf("the rig runs the file's replicas, yet: %s", n)
+		}
+	}
+	if _, err := NewPlan(load(t, "../provider-preference.yaml"), 10, BackendKubernetes); err == nil || !strings.Contains(err.Error(), "outages run on the memory backend only") {
+		t.Errorf("an outage on the kubernetes rig: %v", err)
+	}
+	if _, err := NewPlan(load(t, "testdata/kube-small.yaml"), 60, BackendKubernetes); err == nil || !strings.Contains(err.Error(), "kubernetes rig's API servers") {
+		t.Errorf("90 requests/s on the kubernetes rig: %v", err)
+	}
+	if _, err := NewPlan(load(t, "testdata/kube-small.yaml"), 20, "docker"); err == nil || !strings.Contains(err.Error(), `backend "docker"`) {
+		t.Errorf("an unknown backend: %v", err)
 	}
 }

@@ -39,6 +39,8 @@ const Kind = "LiveScenarioReport"
 type Options struct {
 	// Scale is the time scale N (default 1).
 	Scale float64
+	// Backend is BackendMemory (the default) or BackendKubernetes.
+	Backend string
 	// QM is the qm binary the allocators run as (default: this
 	// executable, right for `qm scenario run --live`).
 	QM string
@@ -112,7 +114,7 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 	if opt.Scale == 0 {
 		opt.Scale = 1
 	}
-	p, err := NewPlan(s, opt.Scale)
+	p, err := NewPlan(s, opt.Scale, opt.Backend)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +137,12 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 	}
 	logf("live %s: %d clusters as memory-backend qm serve processes in %s; time scale %v: %v of scenario time in %v",
 		s.Metadata.Name, len(p.Clusters), dir, p.Scale, s.Spec.Duration.D(), p.Duration)
-	r, err := startRig(ctx, p, opt.QM, dir, *s.Spec.Seed, opt.Progress)
+	var r liveRig
+	if p.Backend == BackendKubernetes {
+		r, err = startKubeRig(ctx, p, opt.QM, dir, opt.Progress)
+	} else {
+		r, err = startRig(ctx, p, opt.QM, dir, *s.Spec.Seed, opt.Progress)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -145,8 +152,8 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 }
 
 // drive runs the workload and the outages against a running rig.
-func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Writer) (*Report, error) {
-	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certs.Dir, callerIdentity))
+func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Writer) (*Report, error) {
+	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certsDir(), callerIdentity))
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +175,7 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		// Sessions end inside their cluster, as a game server's own
 		// shutdown does: straight to the allocator, past the links, so an
 		// outage of the callers' link does not keep a server allocated.
-		conn, err := dial(r.allocators[c.Name].grpc)
+		conn, err := dial(r.releaseAddr(c.Name))
 		if err != nil {
 			return nil, err
 		}
@@ -260,8 +267,12 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		}
 		var entry []allocation.AllocationServiceClient
 		var streamConns []*grpc.ClientConn
-		for range 4 {
-			conn, err := dial(r.callerAddr(target))
+		addrs := r.callerAddrs(target)
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("stream %s: no link to cluster %s", st.Name, target)
+		}
+		for k := range 4 {
+			conn, err := dial(addrs[k%len(addrs)])
 			if err != nil {
 				return nil, err
 			}
@@ -293,7 +304,7 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		}
 		cfg := loadgen.Config{Mode: "open", Arrival: "scenario:" + p.Scenario.Metadata.Name + "/" + st.Name, Seed: streamSeed,
 			Connections: len(entry), DurationSeconds: p.Duration.Seconds()}
-		tc := loadgen.TargetConfig{Name: st.Name, Addr: r.callerAddr(target), Protocol: "grpc", Call: "allocate"}
+		tc := loadgen.TargetConfig{Name: st.Name, Addr: strings.Join(addrs, ","), Protocol: "grpc", Call: "allocate"}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -321,7 +332,7 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 	rep := &Report{
 		APIVersion: scenarios.APIVersion, Kind: Kind, Scenario: p.Scenario.Metadata.Name,
 		Description: p.Scenario.Metadata.Description, Passed: true, Expectations: []scenarios.Check{}, plan: p,
-		Live: Info{TimeScale: p.Scale, Backend: "memory", Entry: p.Entry, WallSeconds: round4(wall.Seconds()),
+		Live: Info{TimeScale: p.Scale, Backend: p.Backend, Entry: p.Entry, WallSeconds: round4(wall.Seconds()),
 			Interrupted: ctx.Err() != nil, NotModelled: append([]string(nil), p.NotModelled...)},
 	}
 	for i, o := range outs {
@@ -352,7 +363,19 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 				"spec.workload[%d]: %d of %d arrivals were not sent (the generator fell behind); they are in no figure of the results", i, t.NotSent, t.Intended))
 		}
 	}
-	tries, err := scrapeTries(r.allocators[p.Entry].http)
+	tries := triesOf{}
+	for _, addr := range r.metricsAddrs(p.Entry) {
+		t, e := scrapeTries(addr)
+		err = errors.Join(err, e)
+		for cl, m := range t {
+			if tries[cl] == nil {
+				tries[cl] = map[string]uint64{}
+			}
+			for k, v := range m {
+				tries[cl][k] += v
+			}
+		}
+	}
 	if err != nil && len(p.Scenario.Spec.Policies) > 0 {
 		rep.Live.NotModelled = append(rep.Live.NotModelled, "clusters.*.tries, unAllocated, unavailable: the entry's forwarding metrics could not be read ("+err.Error()+")")
 	}
@@ -361,6 +384,21 @@ func drive(ctx context.Context, p *Plan, r *memRig, seed uint64, progress io.Wri
 		return nil, err
 	}
 	return rep, nil
+}
+
+// liveRig is what a run needs of its rig.
+type liveRig interface {
+	certsDir() string
+	// callerAddrs are where the callers dial a cluster: through its links.
+	callerAddrs(cluster string) []string
+	// releaseAddr is one of the cluster's allocators' own address.
+	releaseAddr(cluster string) string
+	// metricsAddrs are the cluster's allocators' /metrics addresses.
+	metricsAddrs(cluster string) []string
+	// sourceClusters maps an allocation's source to its cluster.
+	sourceClusters() map[string]string
+	setDown(cluster string, down bool) error
+	stop()
 }
 
 // warmUp makes a health check on every connection: any answer from the
