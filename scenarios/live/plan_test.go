@@ -4,6 +4,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -330,5 +331,27 @@ func TestPlanKubernetes(t *testing.T) {
 	}
 	if _, err := NewPlan(load(t, "testdata/kube-small.yaml"), 20, "docker"); err == nil || !strings.Contains(err.Error(), `backend "docker"`) {
 		t.Errorf("an unknown backend: %v", err)
+	}
+}
+
+// A policy's time window (added to the format beside this runner) is
+// named as not modelled live: the live policies carry no window.
+func TestPlanNamesPolicyWindows(t *testing.T) {
+	b, err := os.ReadFile("../burst-to-cloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), "    connectionInfo: {clusterName: cloud}\n",
+		"    connectionInfo: {clusterName: cloud}\n    window: {from: 1h, until: 2h}\n", 1)
+	s, err := scenarios.Parse([]byte(text))
+	if err != nil {
+		t.Skipf("this scenario format has no policy windows: %v", err)
+	}
+	p, err := NewPlan(s, 120, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !containsPrefix(p.NotModelled, "spec.policies[1].window") {
+		t.Errorf("the policy window is not named:\n%s", strings.Join(p.NotModelled, "\n"))
 	}
 }
