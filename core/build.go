@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"runtime"
 	"slices"
+	"sync/atomic"
 )
 
 // Building groups without stopping the index.
@@ -40,13 +41,23 @@ import (
 var buildChunk = 256
 
 // buildPaused, when set (by tests), is called between a build's chunks
-// while the build does not hold the lock.
-var buildPaused func()
+// while the build does not hold the lock. Atomic: a build abandoned by one
+// test may still be running when the next sets it.
+var buildPaused atomic.Pointer[func()]
+
+func paused() {
+	if f := buildPaused.Load(); f != nil {
+		(*f)()
+	}
+}
 
 // build is one group structure being built; done closes when it is ready
 // or abandoned.
 type build struct {
 	done chan struct{}
+	// chunk is buildChunk as it was when the build started (read by the
+	// requester, so that a test changing it races with no build).
+	chunk int
 }
 
 // candidate is a server noted by a build's pass, with what the sort needs
@@ -64,7 +75,7 @@ func (ix *Index) startKeyBuild(k string) *build {
 		return nil
 	}
 	ix.labelKeys = append(ix.labelKeys, k)
-	b := &build{done: make(chan struct{})}
+	b := &build{done: make(chan struct{}), chunk: buildChunk}
 	ix.keyBuilds[k] = b
 	go ix.buildKey(b, k)
 	return b
@@ -75,7 +86,7 @@ func (ix *Index) startKeyBuild(k string) *build {
 // called with ix.mu held.
 func (ix *Index) startBaseBuild(key groupKey) *build {
 	g := ix.group(key)
-	b := &build{done: make(chan struct{})}
+	b := &build{done: make(chan struct{}), chunk: buildChunk}
 	ix.baseBuilds[key] = b
 	go ix.buildBase(b, g)
 	return b
@@ -103,7 +114,7 @@ func (ix *Index) buildKey(b *build, k string) {
 	current := func() bool { return ix.keyBuilds[k] == b }
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	found, ok := ix.collect(current, ix.keyCount[k], func(e *entry) bool {
+	found, ok := ix.collect(current, b.chunk, ix.keyCount[k], func(e *entry) bool {
 		_, has := e.gs.Labels[k]
 		return has && !e.held && allocatable(e.gs.State)
 	})
@@ -111,7 +122,7 @@ func (ix *Index) buildKey(b *build, k string) {
 		return
 	}
 	for i, c := range found {
-		if i > 0 && i%buildChunk == 0 && !ix.buildYield(current) {
+		if i > 0 && i%b.chunk == 0 && !ix.buildYield(current) {
 			return
 		}
 		e := c.e
@@ -145,14 +156,14 @@ func (ix *Index) buildBase(b *build, g *group) {
 	current := func() bool { return ix.baseBuilds[key] == b && ix.groups[key] == g }
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	found, ok := ix.collect(current, ix.nsCount[key.namespace], func(e *entry) bool {
+	found, ok := ix.collect(current, b.chunk, ix.nsCount[key.namespace], func(e *entry) bool {
 		return !e.held && e.gs.Namespace == key.namespace && e.gs.State == key.state
 	})
 	if !ok {
 		return
 	}
 	for i, c := range found {
-		if i > 0 && i%buildChunk == 0 && !ix.buildYield(current) {
+		if i > 0 && i%b.chunk == 0 && !ix.buildYield(current) {
 			return
 		}
 		e := c.e
@@ -177,11 +188,11 @@ func (ix *Index) buildBase(b *build, g *group) {
 // visited, what is deleted before it is reached is not); here every change
 // is made by another holder of the lock, and link() files whatever is added
 // meanwhile, so what the pass misses needs no joining.
-func (ix *Index) collect(current func() bool, expect int, keep func(*entry) bool) (found []candidate, ok bool) {
+func (ix *Index) collect(current func() bool, chunk, expect int, keep func(*entry) bool) (found []candidate, ok bool) {
 	found = make([]candidate, 0, min(expect, len(ix.entries)))
 	n := 0
 	for _, e := range ix.entries {
-		if n++; n%buildChunk == 0 && !ix.buildYield(current) {
+		if n++; n%chunk == 0 && !ix.buildYield(current) {
 			return nil, false
 		}
 		if keep(e) {
@@ -192,9 +203,7 @@ func (ix *Index) collect(current func() bool, expect int, keep func(*entry) bool
 	slices.SortFunc(found, func(a, b candidate) int {
 		return cmp.Or(cmp.Compare(a.name, b.name), cmp.Compare(a.namespace, b.namespace))
 	})
-	if buildPaused != nil {
-		buildPaused()
-	}
+	paused()
 	ix.mu.Lock()
 	return found, current()
 }
@@ -204,9 +213,7 @@ func (ix *Index) collect(current func() bool, expect int, keep func(*entry) bool
 // ix.mu held.
 func (ix *Index) buildYield(current func() bool) bool {
 	ix.mu.Unlock()
-	if buildPaused != nil {
-		buildPaused()
-	}
+	paused()
 	runtime.Gosched()
 	ix.mu.Lock()
 	return current()

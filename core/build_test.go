@@ -107,7 +107,7 @@ func TestBuildLetsOthersIn(t *testing.T) {
 	var mu sync.Mutex
 	pauses, done := 0, false
 	waiting := make(chan *Result, 1)
-	buildPaused = func() {
+	pause := func() {
 		mu.Lock()
 		pauses++
 		n, finished := pauses, done
@@ -161,7 +161,8 @@ func TestBuildLetsOthersIn(t *testing.T) {
 			t.Error("other callers waited 10 s for the lock while a label key's groups were built")
 		}
 	}
-	defer func() { buildPaused = nil }()
+	buildPaused.Store(&pause)
+	defer buildPaused.Store(nil)
 
 	res, err := ix.AllocateAndCommit(zone, t0, 1)
 	if err != nil {
@@ -184,7 +185,7 @@ func TestBuildLetsOthersIn(t *testing.T) {
 	// A second key, built with no one else about: its groups list their
 	// servers in name order, as the one-pass build under the lock did (the
 	// order seeded random picks index into).
-	buildPaused = nil
+	buildPaused.Store(nil)
 	if _, err := ix.Allocate(mode, t0, 1); !errors.Is(err, ErrNoMatch) {
 		t.Fatalf("mode=m9: %v, want ErrNoMatch (and the key's groups built, untouched)", err)
 	}
@@ -204,8 +205,9 @@ func TestBuildWaitEndsWithContext(t *testing.T) {
 	ix := modeFleet(1000)
 	release := make(chan struct{})
 	var once sync.Once
-	buildPaused = func() { once.Do(func() { <-release }) }
-	defer func() { buildPaused = nil }()
+	pause := func() { once.Do(func() { <-release }) }
+	buildPaused.Store(&pause)
+	defer buildPaused.Store(nil)
 	mode := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{"mode": "m1"}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
