@@ -379,7 +379,9 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 	if err != nil && len(p.Scenario.Spec.Policies) > 0 {
 		rep.Live.NotModelled = append(rep.Live.NotModelled, "clusters.*.tries, unAllocated, unavailable: the entry's forwarding metrics could not be read ("+err.Error()+")")
 	}
-	rep.Results = results(p, rec, tries, &rep.Live)
+	if rep.Results, err = results(p, rec, tries, &rep.Live); err != nil {
+		return nil, err
+	}
 	if err := rep.check(); err != nil {
 		return nil, err
 	}
@@ -582,7 +584,7 @@ func parseTries(r io.Reader) (triesOf, error) {
 }
 
 // results builds the simulator's results from what was recorded.
-func results(p *Plan, rec *recorder, tries triesOf, info *Info) *sim.Results {
+func results(p *Plan, rec *recorder, tries triesOf, info *Info) (*sim.Results, error) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	finished := float64(rec.requests)
@@ -666,18 +668,21 @@ func results(p *Plan, rec *recorder, tries triesOf, info *Info) *sim.Results {
 			res.Phases[ph.name] = pr
 		}
 	}
-	res.Series = series(p, rec)
+	var err error
+	if res.Series, err = series(p, rec); err != nil {
+		return nil, err
+	}
 	info.NotModelled = append(info.NotModelled,
 		"results.series: per cluster, allocations and allocated (sessions held) are measured; ready, nodesInUse, nodesWithAllocated, packingEfficiency, unAllocated and retries are not, and are written as 0",
 		"results.totals/clusters: packingEfficiency (written as 1), nodeHours and cost (0) are not measured live; retries are 0 (one memory-backend allocator per cluster never conflicts)")
 	sort.Strings(info.NotModelled)
-	return res
+	return res, nil
 }
 
 // series writes the per-sample figures in the simulator's series format.
 // The simulator's per-cluster series type is its own, so they are built
 // as JSON and decoded into it.
-func series(p *Plan, rec *recorder) sim.Series {
+func series(p *Plan, rec *recorder) (sim.Series, error) {
 	n := len(rec.heldAtSample)
 	if p.SampleInterval > 0 {
 		// Ticks while the last answers and releases came in are past the
@@ -721,11 +726,11 @@ func series(p *Plan, rec *recorder) sim.Series {
 		err = json.Unmarshal(b, &s)
 	}
 	if err != nil {
-		// Both sides are this package's and sim's own types; a mismatch is
-		// a bug to see at once in any run, not data to lose quietly.
-		panic("live: series do not fit the simulator's format: " + err.Error())
+		// Both sides are this package's and sim's own types; a mismatch
+		// is this package's bug, said as such rather than written wrong.
+		return s, fmt.Errorf("live: the series do not fit the simulator's format: %w", err)
 	}
-	return s
+	return s, nil
 }
 
 // check evaluates the scenario's expectations on the results, by the
