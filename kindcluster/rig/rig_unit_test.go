@@ -278,3 +278,23 @@ func TestDryRun(t *testing.T) {
 		t.Errorf("Stop left %s behind", dir)
 	}
 }
+
+// A rig brings its policies up without windows, so a scenario whose
+// policies have them must say so rather than lose them silently.
+func TestWindowNamedNotModelled(t *testing.T) {
+	top, err := Load("../../scenarios/evening-peak.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(top.NotModelled(), "\n")
+	if !strings.Contains(notes, ".window (") {
+		t.Errorf("NotModelled does not name the policy window:\n%s", notes)
+	}
+	plain, err := Load("../../scenarios/burst-to-cloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notes := strings.Join(plain.NotModelled(), "\n"); strings.Contains(notes, "window") {
+		t.Errorf("a scenario without windows is said to have one:\n%s", notes)
+	}
+}

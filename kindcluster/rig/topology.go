@@ -402,6 +402,13 @@ func (t *Topology) NotModelled() []string {
 			}
 		}
 	}
+	for i, p := range t.Spec.Policies {
+		if p.Window != nil {
+			// A rig has no spec.start to resolve relative edges against,
+			// so its policies go out without windows: always in force.
+			out = append(out, fmt.Sprintf("spec.policies[%d].window (%s): a rig's policies are always in force; window annotations on a policy object (docs/policy-windows.md) apply live", i, p.Name))
+		}
+	}
 	return out
 }
 
