@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -40,11 +41,13 @@ type variant struct {
 }
 
 // The golden variants: defaults; in place of Agones' allocator with the
-// chart's own values file; and every optional part switched on.
+// chart's own values file; every optional part switched on; and on-demand
+// servers (templates) on with the rest at its defaults.
 var variants = []variant{
 	{name: "default", namespace: "quartermaster"},
 	{name: "agones", namespace: "agones-system", files: []string{filepath.Join(chartDir, "values-agones.yaml")}},
 	{name: "full", namespace: "quartermaster", files: []string{filepath.Join("testdata", "values-full.yaml")}},
+	{name: "templates", namespace: "quartermaster", files: []string{filepath.Join("testdata", "values-templates.yaml")}},
 }
 
 func kubeVersion(t testing.TB) *common.KubeVersion {
@@ -249,6 +252,17 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"name=QM_Allocator", "/name"},
 		{"membership=false", "/replicas"}, // three replicas without Leases
 		{"rbac.forwarding.namespaces[0]=Games", "/rbac/forwarding/namespaces/0"},
+		{"templates.enable=true", "enable"},
+		{"templates.fleets=maybe", "/templates/fleets"},
+		{"templates.namespaces[0]=Games", "/templates/namespaces/0"},
+		{"templates.content[0].name=Private_Match", "/templates/content/0/name"},
+		{"templates.content[0].name=p,templates.content[0].fleet=f,templates.content[0].imag=x", "imag"},
+		{"templates.content[0].name=p,templates.content[0].namespace=Games,templates.content[0].fleet=f", "/templates/content/0/namespace"},
+		{"templates.content[0].name=p", "/templates/content/0"},                                                                     // neither template nor fleet
+		{"templates.content[0].name=p,templates.content[0].fleet=f,templates.content[0].template.spec.x=1", "/templates/content/0"}, // both
+		{"templates.content[0].name=p,templates.content[0].template.metadata.name=x", "/templates/content/0/template/metadata"},
+		{"templates.content[0].name=p,templates.content[0].fleet=f,templates.content[0].startupDuration=1 second", "/templates/content/0/startupDuration"},
+		{"limits.config.default.templates=private-match", "/limits/config/default/templates"}, // a string, not a list
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := render(t, "quartermaster", nil, []string{tc.set})
@@ -449,4 +463,165 @@ func TestRenderedParts(t *testing.T) {
 	if find(full, "ClusterRoleBinding", "qm-allocator") != nil {
 		t.Errorf("watchNamespace=games still binds the ClusterRole cluster-wide")
 	}
+}
+
+// onDemand is the templates variant.
+var onDemand = variants[3]
+
+// TestTemplatesOnDemand: with templates.enabled the allocator gets its
+// templates file, mounted from a ConfigMap that qm serve can read, and the
+// right to create and delete GameServers (and read Fleets) in the
+// templates' namespaces only; without it, none of that.
+func TestTemplatesOnDemand(t *testing.T) {
+	if onDemand.name != "templates" {
+		t.Fatalf("variants[3] is %q, want the templates variant", onDemand.name)
+	}
+	for _, v := range variants[:3] {
+		out := mustRender(t, v)
+		if strings.Contains(out, "--templates") || strings.Contains(out, "qm-allocator-templates") {
+			t.Errorf("%s: templates.enabled is off, yet the rendering has --templates or a templates object", v.name)
+		}
+		for _, o := range objects(t, out) {
+			for _, r := range rules(t, o) {
+				for _, verb := range r.Verbs {
+					if verb == "create" || verb == "delete" {
+						for _, res := range r.Resources {
+							if res == "gameservers" {
+								t.Errorf("%s: %s %s grants %s on gameservers without templates.enabled", v.name, o.Kind, o.Metadata.Name, verb)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+
+	out := mustRender(t, onDemand)
+	objs := objects(t, out)
+	if !strings.Contains(out, "- --templates=/etc/qm/templates/templates.yaml\n") {
+		t.Error("templates.enabled: qm serve gets no --templates=/etc/qm/templates/templates.yaml")
+	}
+	cm := find(objs, "ConfigMap", "qm-allocator-templates")
+	if cm == nil {
+		t.Fatal("templates.enabled: no ConfigMap qm-allocator-templates")
+	}
+	// The file is what the values say, placeholders untouched by Helm.
+	// (cmd/qm's TestHelmChartArgs parses it with qm serve's own parser.)
+	var file struct {
+		APIVersion string           `yaml:"apiVersion"`
+		Kind       string           `yaml:"kind"`
+		Templates  []map[string]any `yaml:"templates"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["templates.yaml"]), &file); err != nil {
+		t.Fatalf("templates.yaml does not parse: %v", err)
+	}
+	if file.Kind != "GameServerTemplates" || file.APIVersion != "quartermaster.dev/v1alpha1" || len(file.Templates) != 2 ||
+		file.Templates[0]["name"] != "private-match" || file.Templates[1]["fleet"] != "simple-game" {
+		t.Errorf("templates.yaml is not the values' two templates: %+v", file)
+	}
+	if !strings.Contains(cm.Data["templates.yaml"], "--admins={{.AccessList}}") {
+		t.Errorf("templates.yaml lost the placeholder {{.AccessList}}:\n%s", cm.Data["templates.yaml"])
+	}
+
+	role := find(objs, "ClusterRole", "qm-allocator-templates")
+	if role == nil {
+		t.Fatal("templates.enabled: no ClusterRole qm-allocator-templates")
+	}
+	want := []rule{
+		{APIGroups: []string{"agones.dev"}, Resources: []string{"gameservers"}, Verbs: []string{"create", "delete"}},
+		{APIGroups: []string{"agones.dev"}, Resources: []string{"fleets"}, Verbs: []string{"get"}},
+	}
+	if got := rules(t, *role); !reflect.DeepEqual(got, want) {
+		t.Errorf("ClusterRole qm-allocator-templates rules %+v, want exactly %+v", got, want)
+	}
+	// Bound where the templates make servers: games (private-match) and
+	// default (simple-game names none), not cluster-wide.
+	var bound []string
+	for _, o := range objs {
+		if o.Kind == "RoleBinding" && o.Metadata.Name == "qm-allocator-templates" {
+			bound = append(bound, o.Metadata.Namespace)
+		}
+		if o.Kind == "ClusterRoleBinding" && o.Metadata.Name == "qm-allocator-templates" {
+			t.Error("the templates ClusterRole is bound cluster-wide")
+		}
+	}
+	if !reflect.DeepEqual(bound, []string{"default", "games"}) {
+		t.Errorf("qm-allocator-templates bound in %v, want [default games]", bound)
+	}
+
+	// No Fleet templates: templates.fleets=false drops the Fleet rule.
+	noFleet := objects(t, mustRender(t, variant{name: "nofleet", namespace: "quartermaster", set: []string{
+		"templates.enabled=true", "templates.fleets=false", "templates.content[0].name=p", "templates.content[0].template.spec.x=1"}}))
+	if role := find(noFleet, "ClusterRole", "qm-allocator-templates"); role == nil || len(rules(t, *role)) != 1 {
+		t.Errorf("templates.fleets=false: want the gameservers rule only")
+	}
+
+	// A ConfigMap of the user's: mounted, none rendered, bound in the
+	// namespaces given.
+	own := mustRender(t, variant{name: "own", namespace: "quartermaster", set: []string{
+		"templates.enabled=true", "templates.existingConfigMap=my-templates", "templates.namespaces={arena,lobby}"}})
+	ownObjs := objects(t, own)
+	if find(ownObjs, "ConfigMap", "qm-allocator-templates") != nil || !strings.Contains(own, "name: my-templates\n") {
+		t.Error("templates.existingConfigMap: want the user's ConfigMap mounted and none rendered")
+	}
+	bound = nil
+	for _, o := range ownObjs {
+		if o.Kind == "RoleBinding" && o.Metadata.Name == "qm-allocator-templates" {
+			bound = append(bound, o.Metadata.Namespace)
+		}
+	}
+	if !reflect.DeepEqual(bound, []string{"arena", "lobby"}) {
+		t.Errorf("templates.namespaces={arena,lobby}: bound in %v", bound)
+	}
+}
+
+// TestTemplatesRefused: settings under which Create could not work fail
+// the install, and the message names the value to fix.
+func TestTemplatesRefused(t *testing.T) {
+	tmpl := []string{"templates.enabled=true", "templates.content[0].name=p", "templates.content[0].template.spec.x=1"}
+	fleet := []string{"templates.enabled=true", "templates.content[0].name=f", "templates.content[0].fleet=simple-game"}
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{"no templates", []string{"templates.enabled=true"}, "templates.content"},
+		{"both sources", append(tmpl, "templates.existingConfigMap=mine"), "not both"},
+		{"own ConfigMap, no namespaces", []string{"templates.enabled=true", "templates.existingConfigMap=mine"}, "templates.namespaces"},
+		{"fleet without the Fleet rule", append(fleet, "templates.fleets=false"), `reads Fleet "simple-game"`},
+		{"namespaces miss a template's", append(tmpl, "templates.content[0].namespace=arena", "templates.namespaces={lobby}"), `"arena"`},
+		{"outside watchNamespace", append(tmpl, "watchNamespace=games"), `namespace "default" is not watchNamespace "games"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := render(t, "quartermaster", nil, tc.set)
+			if err == nil {
+				t.Fatalf("--set %v was accepted", tc.set)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("--set %v: error does not say %q:\n%v", tc.set, tc.want, err)
+			}
+		})
+	}
+	// In watchNamespace, it renders.
+	if _, err := render(t, "quartermaster", nil, append(tmpl, "watchNamespace=games", "templates.content[0].namespace=games")); err != nil {
+		t.Errorf("a template in watchNamespace: %v", err)
+	}
+}
+
+// rule is one RBAC rule as rendered.
+type rule struct {
+	APIGroups []string `yaml:"apiGroups"`
+	Resources []string `yaml:"resources"`
+	Verbs     []string `yaml:"verbs"`
+}
+
+func rules(t *testing.T, o object) []rule {
+	t.Helper()
+	var r struct {
+		Rules []rule `yaml:"rules"`
+	}
+	if err := o.raw.Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Rules
 }
