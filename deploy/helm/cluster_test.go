@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -139,6 +140,13 @@ func TestApply(t *testing.T) {
 		if err := dc.Resource(gameServers).Namespace("default").Delete(ctx, "any", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("delete gameserver as the allocator: %v, want Forbidden", err)
 		}
+		// templates.enabled is off: Create's POST and Fleet read are refused.
+		if _, err := dc.Resource(gameServers).Namespace("default").Create(ctx, onDemandServer("refused"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("create gameserver as the allocator without templates.enabled: %v, want Forbidden", err)
+		}
+		if _, err := dc.Resource(fleets).Namespace("default").Get(ctx, "simple-game", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("get fleet as the allocator without templates.enabled: %v, want Forbidden", err)
+		}
 		ics, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -202,6 +210,88 @@ func TestApply(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("rbac/templates", func(t *testing.T) {
+		// On-demand servers on: templates in games (private-match) and
+		// default (simple-game), cluster-wide watching as by default.
+		if out, err := c.Kubectl(ctx, "apply", "-f", files["templates"]); err != nil {
+			t.Fatalf("apply: %v\n%s", err, out)
+		}
+		sa := serviceAccount("quartermaster", "qm-allocator")
+		for _, tc := range []access{
+			// What Create and Destroy do, where the templates put servers.
+			{"create", "agones.dev", "gameservers", "games", true},
+			{"delete", "agones.dev", "gameservers", "games", true},
+			{"create", "agones.dev", "gameservers", "default", true},
+			{"delete", "agones.dev", "gameservers", "default", true},
+			{"get", "agones.dev", "fleets", "default", true},
+			{"get", "agones.dev", "fleets", "games", true},
+			// Nowhere else, and nothing more.
+			{"create", "agones.dev", "gameservers", "quartermaster", false},
+			{"delete", "agones.dev", "gameservers", "kube-system", false},
+			{"create", "agones.dev", "gameservers", "", false},
+			{"get", "agones.dev", "fleets", "quartermaster", false},
+			{"list", "agones.dev", "fleets", "default", false},
+			{"watch", "agones.dev", "fleets", "", false},
+			{"update", "agones.dev", "fleets", "default", false},
+			{"patch", "agones.dev", "gameservers", "games", false},
+			{"deletecollection", "agones.dev", "gameservers", "games", false},
+			// The allocation side is unchanged.
+			{"update", "agones.dev", "gameservers", "games", true},
+			{"watch", "agones.dev", "gameservers", "", true},
+		} {
+			if got := canI(ctx, t, cs, sa, tc); got != tc.allowed {
+				t.Errorf("%s %s.%s in %q: allowed=%v, want %v", tc.verb, tc.resource, tc.group, tc.ns, got, tc.allowed)
+			}
+		}
+
+		// Create's and Destroy's own calls, as the ServiceAccount: the POST,
+		// the Fleet read by name, the UID- and resourceVersion-preconditioned
+		// Delete; and the POST in a namespace no template uses is refused.
+		cfg := c.RESTConfig()
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: sa.user, Groups: sa.groups}
+		dc, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs := dc.Resource(gameServers).Namespace("games")
+		made, err := gs.Create(ctx, onDemandServer("private-match-x7k2q"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create a gameserver in games as the allocator: %v", err)
+		}
+		uid, rv := made.GetUID(), made.GetResourceVersion()
+		if err := gs.Delete(ctx, made.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}); err != nil {
+			t.Errorf("delete the created gameserver as the allocator: %v", err)
+		}
+		if _, err := dc.Resource(fleets).Namespace("default").Get(ctx, "simple-game", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("get a fleet in default as the allocator: %v, want NotFound (allowed, none there)", err)
+		}
+		if _, err := dc.Resource(gameServers).Namespace("quartermaster").Create(ctx, onDemandServer("elsewhere"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("create a gameserver in quartermaster as the allocator: %v, want Forbidden", err)
+		}
+	})
+}
+
+var fleets = schema.GroupVersionResource{Group: "agones.dev", Version: "v1", Resource: "fleets"}
+
+// onDemandServer is a GameServer as Create POSTs one (trimmed to what the
+// CRD needs).
+func onDemandServer(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "agones.dev/v1",
+		"kind":       "GameServer",
+		"metadata": map[string]any{
+			"name":        name,
+			"labels":      map[string]any{"quartermaster.dev/template": "private-match"},
+			"annotations": map[string]any{"quartermaster.dev/owner": "alice", "quartermaster.dev/creating": "true"},
+		},
+		"spec": map[string]any{
+			"ports": []any{map[string]any{"name": "game", "containerPort": int64(7654), "protocol": "UDP"}},
+			"template": map[string]any{"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "game", "image": "example/game:1.0"}},
+			}},
+		},
+	}}
 }
 
 type access struct {
