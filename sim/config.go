@@ -147,6 +147,17 @@ type StreamConfig struct {
 	// length (negative: drawn from Session).
 	Arrivals []time.Duration
 	Sessions []time.Duration
+	// Create makes each request ask for an on-demand server (the
+	// AllocationAdmin API's Create) instead of a Ready one: the cluster
+	// creates a server from Template, the request waits for its start-up
+	// and is answered once it is Ready and allocated, or fails past the
+	// Deadline (the server deleted); the session's end deletes it.
+	Create bool
+	// Template names the fleet whose template (labels, placement, start-up
+	// delay) an on-demand server takes. Empty: the first fleet of the
+	// cluster that one of the request's selectors matches (any fleet when
+	// it has none). A cluster without the fleet answers no match.
+	Template string
 }
 
 // Outage makes a cluster's allocator unreachable in [Start, End).
@@ -223,6 +234,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("streams[%d]: %v", i, err)
 		}
 		if err := s.checkArrivals(); err != nil {
+			return fmt.Errorf("streams[%d]: %v", i, err)
+		}
+		if err := c.checkTemplate(&s); err != nil {
 			return fmt.Errorf("streams[%d]: %v", i, err)
 		}
 	}

@@ -71,6 +71,8 @@ type ClusterResult struct {
 	NodeHours         float64 `json:"nodeHours"`
 	Cost              float64 `json:"cost"`
 	Servers           int     `json:"serversCreated"`
+	// OnDemand is set for a cluster that a Create stream can reach.
+	OnDemand *OnDemandResult `json:"onDemand,omitempty"`
 }
 
 type clusterCounters struct {
@@ -183,12 +185,14 @@ func (w *world) results() *Results {
 	for _, cl := range w.clusters {
 		cfg := cl.cfg
 		nh := cl.nodeArea / float64(time.Hour)
+		// An on-demand server given up at the deadline is an answer too
+		// (none in a run without Create streams) in the success rate.
 		cr := ClusterResult{
 			Provider:             cfg.Provider,
 			Region:               cfg.Region,
 			clusterCounters:      cl.m,
 			Share:                ratio(float64(cl.m.Allocated), float64(t.allocated)),
-			SuccessRate:          float64(cl.m.Allocated) / max(1, float64(cl.m.Allocated+cl.m.UnAllocated+cl.m.Contention)),
+			SuccessRate:          float64(cl.m.Allocated) / max(1, float64(cl.m.Allocated+cl.m.UnAllocated+cl.m.Contention+cl.od.deadline)),
 			Latency:              cl.lat.summary(),
 			RetriesPerAllocation: ratio(float64(cl.m.Retries), float64(cl.m.Allocated)),
 			MeanAllocated:        round4(cl.allocArea / dur),
@@ -196,6 +200,7 @@ func (w *world) results() *Results {
 			NodeHours:            round4(nh),
 			Cost:                 round4(nh * cfg.CostPerNodeHour),
 			Servers:              len(cl.servers),
+			OnDemand:             cl.od.result(),
 		}
 		if cl.packUsed > 0 {
 			cr.PackingEfficiency = round4(cl.packMin / cl.packUsed)

@@ -16,16 +16,18 @@ import (
 
 // Event kinds.
 const (
-	evArrival     = iota + 1 // id: stream
-	evReach                  // id: request; it reaches the cluster's allocator
-	evWriteDone              // id: request; the API server answers the write
-	evBack                   // id: request; the cluster's answer reaches the router
-	evSessionEnd             // c, id: server slot
-	evServerReady            // c, id: server slot
-	evDeliver                // c, r: informer delivery to a replica
-	evSync                   // c, id: fleet; buffer autoscaler
-	evTick                   // time-series sample
-	evFree                   // c, r: a replica's worker finishes a no-match decision
+	evArrival       = iota + 1 // id: stream
+	evReach                    // id: request; it reaches the cluster's allocator
+	evWriteDone                // id: request; the API server answers the write
+	evBack                     // id: request; the cluster's answer reaches the router
+	evSessionEnd               // c, id: server slot
+	evServerReady              // c, id: server slot
+	evDeliver                  // c, r: informer delivery to a replica
+	evSync                     // c, id: fleet; buffer autoscaler
+	evTick                     // time-series sample
+	evFree                     // c, r: a replica's worker finishes a no-match decision
+	evCreateDone               // id: request; its on-demand server is Ready and allocated
+	evCreateExpired            // id: request; its deadline passed before that
 )
 
 // Server states in the API server's truth.
@@ -53,6 +55,9 @@ type server struct {
 	fleet int16
 	state uint8
 	pos   int32 // position in the fleet's ready list while Ready
+	// onDemand: made for one request from the fleet's template, outside
+	// the fleet's counts (see ondemand.go).
+	onDemand bool
 }
 
 type node struct {
@@ -92,6 +97,7 @@ type fleet struct {
 	ready    []int32 // slots of Ready servers
 	starting int
 	alloc    int
+	odLabels map[string]string // on-demand servers' labels, made once
 }
 
 type cluster struct {
@@ -122,6 +128,7 @@ type cluster struct {
 	series         clusterSeries
 	packMin        float64 // sums over samples, for the packing efficiency
 	packUsed       float64
+	od             onDemandCounters
 }
 
 type stream struct {
@@ -144,6 +151,9 @@ type stream struct {
 	// maxMemoSets, orders are computed per request into scratch.
 	memoized int
 	scratch  []uint8
+	// tmpl is, per cluster, the fleet a Create stream's servers take their
+	// template from (-1: none there); nil for other streams.
+	tmpl []int
 }
 
 // maxMemoSets bounds the policySets of a stream whose orders are memoized:
@@ -196,6 +206,7 @@ type request struct {
 	retries    int32 // conflicts in the current cluster
 	arrival    int32 // index among its stream's arrivals (replay streams)
 	back       int64 // the return half of the current round trip
+	slot       int32 // the on-demand server made for the request
 	res        *core.Result
 }
 
@@ -364,6 +375,19 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 	} else {
 		s.cluster = w.byName[cfg.Cluster]
 	}
+	if cfg.Create {
+		s.tmpl = make([]int, len(w.clusters))
+		for c, cl := range w.clusters {
+			s.tmpl[c] = templateFleet(cl.cfg, cfg)
+			if !req.MultiCluster.Enabled && c != s.cluster {
+				continue
+			}
+			if req.MultiCluster.Enabled && !routesTo(w.cfg.Policies, req.MultiCluster.PolicySelector, cl.cfg.Name) {
+				continue
+			}
+			cl.od.reachable = true
+		}
+	}
 	return s, nil
 }
 
@@ -419,6 +443,10 @@ func (w *world) run() bool {
 			w.tick()
 		case evFree:
 			w.release(w.clusters[e.c], int(e.r))
+		case evCreateDone:
+			w.createDone(e.id)
+		case evCreateExpired:
+			w.createExpired(e.id)
 		}
 	}
 	w.now = w.end
@@ -594,6 +622,10 @@ func (cl *cluster) down(t int64) bool {
 
 func (w *world) reach(id int32) {
 	r := &w.reqs[id]
+	if w.streams[r.stream].tmpl != nil {
+		w.create(id)
+		return
+	}
 	cl := w.clusters[r.cluster]
 	ri := 0
 	if n := len(cl.replicas); n > 1 {
@@ -825,6 +857,10 @@ func (w *world) markReady(cl *cluster, slot int32, initial bool) {
 func (w *world) sessionEnd(cl *cluster, slot int32) {
 	sv := &cl.servers[slot]
 	if sv.state != stAllocated {
+		return
+	}
+	if sv.onDemand {
+		w.endOnDemand(cl, slot)
 		return
 	}
 	w.account(cl)
