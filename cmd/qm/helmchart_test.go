@@ -21,7 +21,8 @@ import (
 // golden renderings (deploy/helm's tests keep those equal to what the chart
 // renders): the allocator's arguments are flags qm serve accepts, the
 // replicas take their shards from Leases (a Deployment's pod names carry no
-// ordinal), the directories it is given are the ones mounted, a rendered limits file is one qm serve loads, and
+// ordinal), the directories it is given are the ones mounted, a rendered limits or
+// templates file is one qm serve loads, and
 // the loadgen Job's pods run valid qm load shards of the whole.
 func TestHelmChartArgs(t *testing.T) {
 	goldens, err := filepath.Glob(filepath.Join("..", "..", "deploy", "helm", "testdata", "*.golden.yaml"))
@@ -131,13 +132,28 @@ func checkChartDeployment(t *testing.T, set chartDoc, docs []chartDoc) {
 			t.Errorf("%s=%s is not a mounted volume (mounts: %v)", flagName, dir, mounts)
 		}
 	}
-	if f.limits == "" {
-		return
+	if f.limits != "" {
+		checkChartFile(t, set, docs, mounts, "--limits", f.limits, func(data []byte) error {
+			_, err := allocator.ParseLimits(data)
+			return err
+		})
 	}
-	// The limits file: a key of a ConfigMap mounted at its directory.
-	vol, ok := mounts[filepath.Dir(f.limits)]
+	if f.templates != "" {
+		checkChartFile(t, set, docs, mounts, "--templates", f.templates, func(data []byte) error {
+			_, err := allocator.ParseTemplates(data)
+			return err
+		})
+	}
+}
+
+// checkChartFile: a file qm serve is given (the limits, the templates) is
+// a key of a ConfigMap mounted at its directory, and qm serve's own parser
+// accepts what the chart rendered there.
+func checkChartFile(t *testing.T, set chartDoc, docs []chartDoc, mounts map[string]string, flagName, path string, parse func([]byte) error) {
+	t.Helper()
+	vol, ok := mounts[filepath.Dir(path)]
 	if !ok {
-		t.Fatalf("--limits=%s is not in a mounted volume (mounts: %v)", f.limits, mounts)
+		t.Fatalf("%s=%s is not in a mounted volume (mounts: %v)", flagName, path, mounts)
 	}
 	var cmName string
 	for _, v := range set.Spec.Template.Spec.Volumes {
@@ -149,16 +165,16 @@ func checkChartDeployment(t *testing.T, set chartDoc, docs []chartDoc) {
 		if d.Kind != "ConfigMap" || d.Meta.Name != cmName {
 			continue
 		}
-		data, ok := d.Data[filepath.Base(f.limits)]
+		data, ok := d.Data[filepath.Base(path)]
 		if !ok {
-			t.Fatalf("ConfigMap %s has no key %s", cmName, filepath.Base(f.limits))
+			t.Fatalf("ConfigMap %s has no key %s", cmName, filepath.Base(path))
 		}
-		if _, err := allocator.ParseLimits([]byte(data)); err != nil {
-			t.Errorf("qm serve refuses the chart's limits file: %v\n%s", err, data)
+		if err := parse([]byte(data)); err != nil {
+			t.Errorf("qm serve refuses the chart's %s file: %v\n%s", flagName, err, data)
 		}
 		return
 	}
-	t.Logf("--limits reads ConfigMap %q, which the chart does not render (limits.existingConfigMap)", cmName)
+	t.Logf("%s reads ConfigMap %q, which the chart does not render (an existingConfigMap)", flagName, cmName)
 }
 
 func checkChartLoadJob(t *testing.T, job chartDoc) {
