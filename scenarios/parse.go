@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // Load reads, decodes, defaults and validates the scenario file at path.
@@ -493,6 +495,7 @@ func (s *Scenario) Validate() error {
 		if s := w.Request.Scheduling; s != "Packed" && s != "Distributed" {
 			c.add(p+".request.scheduling", "must be Packed or Distributed, not %q", s)
 		}
+		c.create(p, sp, &w)
 	}
 
 	for i, f := range sp.Faults {
@@ -672,4 +675,72 @@ func names[V any](m map[string]V) string {
 	}
 	sort.Strings(ks)
 	return strings.Join(ks, ", ")
+}
+
+// create checks a stream's on-demand fields: a template only with create,
+// and a fleet to take the template from where the stream sends (its
+// cluster, or at least one cluster for a multi-cluster stream; the others
+// answer no match).
+func (c *checker) create(p string, sp *Spec, w *Stream) {
+	if !w.Create {
+		if w.Template != "" {
+			c.add(p+".template", "is only read with create: true")
+		}
+		return
+	}
+	if w.Template != "" {
+		c.name(p+".template", w.Template)
+	}
+	found := false
+	for _, cl := range sp.Clusters {
+		if w.Cluster != "" && cl.Name != w.Cluster {
+			continue
+		}
+		for _, f := range cl.Fleets {
+			if templateFits(f, w) {
+				found = true
+			}
+		}
+	}
+	if found {
+		return
+	}
+	what := "no fleet matches the request's gameServerSelectors"
+	if w.Template != "" {
+		what = fmt.Sprintf("no fleet is named %q", w.Template)
+	}
+	where := "in any cluster"
+	if w.Cluster != "" {
+		where = "in cluster " + w.Cluster
+	}
+	c.add(p+".create", "%s %s to take the on-demand servers' template from", what, where)
+}
+
+// templateFits reports whether a Create request of w can take f's
+// template: f is the one named, or (none named) one of the selectors
+// matches f's labels, the fleet label (agones.dev/fleet) included; no
+// selector takes any fleet. The simulator picks the same way.
+func templateFits(f Fleet, w *Stream) bool {
+	if w.Template != "" {
+		return f.Name == w.Template
+	}
+	if len(w.Request.Selectors) == 0 {
+		return true
+	}
+	for _, sel := range w.Request.Selectors {
+		ok := true
+		for k, v := range sel.MatchLabels {
+			got, has := f.Labels[k]
+			if k == core.FleetLabel {
+				got, has = f.Name, true
+			}
+			if !has || got != v {
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -76,10 +76,12 @@ func (s *Scenario) Config() (*sim.Config, error) {
 	var arrivals float64
 	for i, w := range sp.Workload {
 		st := sim.StreamConfig{
-			Name:    w.Name,
-			Rate:    w.Rate.sim(),
-			Session: w.SessionLength.sim(),
-			Cluster: w.Cluster,
+			Name:     w.Name,
+			Rate:     w.Rate.sim(),
+			Session:  w.SessionLength.sim(),
+			Cluster:  w.Cluster,
+			Create:   w.Create,
+			Template: w.Template,
 		}
 		req := core.Request{}
 		if w.Request.Scheduling == "Distributed" {
@@ -266,8 +268,17 @@ func checkMetric(s *Scenario, path string) error {
 		Phases:    map[string]sim.PhaseResult{},
 	}
 	pc := map[string]sim.PhaseCluster{}
+	create := false
+	for _, w := range s.Spec.Workload {
+		create = create || w.Create
+	}
 	for _, c := range s.Spec.Clusters {
 		r.Clusters[c.Name] = sim.ClusterResult{}
+		if create {
+			// Results carry onDemand for the clusters a Create stream
+			// reaches; paths under it are valid when some stream creates.
+			r.Clusters[c.Name] = sim.ClusterResult{OnDemand: &sim.OnDemandResult{}}
+		}
 		r.Providers[c.Provider] = sim.ProviderResult{}
 		pc[c.Name] = sim.PhaseCluster{}
 	}

@@ -314,6 +314,15 @@ type Stream struct {
 	Cluster      string        `yaml:"cluster,omitempty" json:"cluster,omitempty"`
 	MultiCluster *MultiCluster `yaml:"multiCluster,omitempty" json:"multiCluster,omitempty"`
 	Request      Request       `yaml:"request,omitempty" json:"request,omitempty"`
+	// Create asks for on-demand servers (the allocator's Create): each
+	// request makes a server from a fleet's template on the cluster it
+	// tries, waits for its start-up within spec.routing.deadline, and
+	// the session's end deletes it. The fleet (it may keep 0 replicas)
+	// never counts these servers.
+	Create bool `yaml:"create,omitempty" json:"create,omitempty"`
+	// Template names that fleet (default: the first fleet the request's
+	// selectors match, in the cluster tried); only with create.
+	Template string `yaml:"template,omitempty" json:"template,omitempty"`
 }
 
 // MultiCluster selects the policies a request is routed by.
