@@ -10,6 +10,7 @@ import (
 // the field ignored (the on-demand stream allocating from a fleet that
 // keeps no server), its expectations fail.
 func TestWarmVsOnDemandNeedsCreate(t *testing.T) {
+	t.Parallel()
 	s, err := Load("warm-vs-on-demand.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +44,7 @@ func TestWarmVsOnDemandNeedsCreate(t *testing.T) {
 
 // Same file, same seed: the same results, byte for byte.
 func TestOnDemandScenarioIsDeterministic(t *testing.T) {
+	t.Parallel()
 	run := func() []byte {
 		s, err := Load("warm-vs-on-demand.yaml")
 		if err != nil {

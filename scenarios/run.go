@@ -275,8 +275,8 @@ func checkMetric(s *Scenario, path string) error {
 	for _, c := range s.Spec.Clusters {
 		r.Clusters[c.Name] = sim.ClusterResult{}
 		if create {
-			// Results carry onDemand for the clusters a Create stream
-			// reaches; paths under it are valid when some stream creates.
+			// Results carry onDemand for every cluster when a stream
+			// creates.
 			r.Clusters[c.Name] = sim.ClusterResult{OnDemand: &sim.OnDemandResult{}}
 		}
 		r.Providers[c.Provider] = sim.ProviderResult{}

@@ -23,7 +23,7 @@ import (
 // template answers no match, so a multi-cluster request tries the next.
 
 // OnDemandResult are a cluster's figures for on-demand requests; results
-// carry them for clusters that some Create stream can reach.
+// carry them for every cluster of a run with a Create stream.
 type OnDemandResult struct {
 	// Tries is the Create requests that reached the cluster.
 	Tries uint64 `json:"tries"`
@@ -44,7 +44,7 @@ type OnDemandResult struct {
 }
 
 type onDemandCounters struct {
-	reachable bool // some Create stream can send here
+	reachable bool // the run has a Create stream
 
 	tries, created, allocated, deadline, noRoom uint64
 }
@@ -256,14 +256,4 @@ func (w *world) endOnDemand(cl *cluster, slot int32) {
 		cl.nodesWithAlloc--
 	}
 	w.deleteServer(cl, slot)
-}
-
-// routesTo reports whether a policy the selector picks points at cluster.
-func routesTo(policies []core.Policy, selector map[string]string, cluster string) bool {
-	for _, p := range core.SelectPolicies(policies, selector) {
-		if p.Connection.ClusterName == cluster {
-			return true
-		}
-	}
-	return false
 }

@@ -71,7 +71,7 @@ type ClusterResult struct {
 	NodeHours         float64 `json:"nodeHours"`
 	Cost              float64 `json:"cost"`
 	Servers           int     `json:"serversCreated"`
-	// OnDemand is set for a cluster that a Create stream can reach.
+	// OnDemand is set in a run with a Create stream.
 	OnDemand *OnDemandResult `json:"onDemand,omitempty"`
 }
 

@@ -379,12 +379,9 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 		s.tmpl = make([]int, len(w.clusters))
 		for c, cl := range w.clusters {
 			s.tmpl[c] = templateFleet(cl.cfg, cfg)
-			if !req.MultiCluster.Enabled && c != s.cluster {
-				continue
-			}
-			if req.MultiCluster.Enabled && !routesTo(w.cfg.Policies, req.MultiCluster.PolicySelector, cl.cfg.Name) {
-				continue
-			}
+			// Every cluster reports on-demand figures in such a run
+			// (zeros where no Create request goes), so that which paths
+			// exist depends on the file alone.
 			cl.od.reachable = true
 		}
 	}
