@@ -153,10 +153,10 @@ func (w *world) create(id int32) {
 	}
 	cl.od.created++
 	r.slot = slot
-	f := cl.fleets[fi]
 	// Create write, start-up, allocation write: all drawn now, so the
 	// answer's time is known and a late one is cut at the deadline.
-	done := w.now + cl.write.next() + f.startup.next() + cl.write.next()
+	wr := s.odWrite[r.cluster]
+	done := w.now + wr.next() + s.odStartup[r.cluster].next() + wr.next()
 	if dl := r.start + int64(w.cfg.Deadline); w.cfg.Deadline > 0 && done+r.back > dl {
 		w.q.push(event{at: max(dl, w.now), kind: evCreateExpired, id: id})
 		return

@@ -205,3 +205,42 @@ func TestOnDemandConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Adding a Create stream and the cluster it creates in leaves another
+// cluster's results exactly as they were (its draws are seeded by name).
+func TestOnDemandLeavesOtherDrawsAlone(t *testing.T) {
+	warm := func() *Config {
+		cfg := onDemandSystem(time.Second)
+		cfg.Clusters[0].Name = "warm"
+		cfg.Clusters[0].WriteLatency = Exp(15 * time.Millisecond)
+		cfg.Clusters[0].Fleets[0].Replicas = 100
+		cfg.Clusters[0].Fleets[0].StartupDelay = Exp(5 * time.Second)
+		cfg.Streams[0].Name, cfg.Streams[0].Cluster, cfg.Streams[0].Create = "w", "warm", false
+		cfg.Streams[0].Session = Exp(time.Minute)
+		return cfg
+	}
+	alone, err := Run(warm())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := warm()
+	od := onDemandSystem(time.Second)
+	od.Clusters[0].WriteLatency = Exp(15 * time.Millisecond)
+	cfg.Clusters = append(cfg.Clusters, od.Clusters[0])
+	cfg.Streams = append(cfg.Streams, od.Streams[0])
+	both, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if both.Clusters["c"].OnDemand.Allocated == 0 {
+		t.Fatal("the Create stream served nothing")
+	}
+	a, b := alone.Clusters["warm"], both.Clusters["warm"]
+	b.OnDemand = nil // present (zeros) only in the run with a Create stream
+	b.Share = a.Share
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if string(ja) != string(jb) {
+		t.Fatalf("the warm cluster changed when a Create stream was added:\n%s\n%s", ja, jb)
+	}
+}

@@ -152,8 +152,13 @@ type stream struct {
 	memoized int
 	scratch  []uint8
 	// tmpl is, per cluster, the fleet a Create stream's servers take their
-	// template from (-1: none there); nil for other streams.
-	tmpl []int
+	// template from (-1: none there); nil for other streams. odStartup and
+	// odWrite draw its start-ups and API writes there, from streams of
+	// their own, so that adding a Create stream leaves the fleets' and
+	// other streams' draws as they were.
+	tmpl      []int
+	odStartup []*sampler
+	odWrite   []*sampler
 }
 
 // maxMemoSets bounds the policySets of a stream whose orders are memoized:
@@ -377,8 +382,15 @@ func (w *world) newStream(cfg *StreamConfig) (*stream, error) {
 	}
 	if cfg.Create {
 		s.tmpl = make([]int, len(w.clusters))
+		s.odStartup = make([]*sampler, len(w.clusters))
+		s.odWrite = make([]*sampler, len(w.clusters))
 		for c, cl := range w.clusters {
 			s.tmpl[c] = templateFleet(cl.cfg, cfg)
+			if fi := s.tmpl[c]; fi >= 0 {
+				q := p + "create/" + cl.cfg.Name + "/"
+				s.odStartup[c] = newSampler(cl.cfg.Fleets[fi].StartupDelay, streamSource(seed, q+"startup"))
+				s.odWrite[c] = newSampler(cl.cfg.WriteLatency, streamSource(seed, q+"write"))
+			}
 			// Every cluster reports on-demand figures in such a run
 			// (zeros where no Create request goes), so that which paths
 			// exist depends on the file alone.
