@@ -50,6 +50,10 @@ type Options struct {
 	// Progress receives a line every few seconds and the rig's steps (nil:
 	// quiet).
 	Progress io.Writer
+	// Trace, when set, is where the callers' allocations and releases are
+	// recorded as a trace on the scenario's timeline (see trace.go), for
+	// `qm sim --replay`.
+	Trace string
 }
 
 // Report is a live run: the scenario's expectations checked on results in
@@ -86,6 +90,18 @@ type Info struct {
 	// Released and ReleaseErrors count sessions given back per cluster.
 	Released      map[string]uint64 `json:"released"`
 	ReleaseErrors map[string]uint64 `json:"releaseErrors,omitempty"`
+	// Trace says what the run recorded with Options.Trace.
+	Trace *TraceInfo `json:"trace,omitempty"`
+}
+
+// TraceInfo is a live run's trace: its records are on the scenario's
+// timeline (wall times multiplied by the time scale from Start).
+type TraceInfo struct {
+	Path    string    `json:"path"`
+	Start   time.Time `json:"start"`
+	Written uint64    `json:"written"`
+	// Dropped records found the writer's queue full.
+	Dropped uint64 `json:"dropped,omitempty"`
 }
 
 // StreamInfo is what the load generator saw of one stream.
@@ -137,6 +153,15 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 	}
 	logf("live %s: %d clusters as memory-backend qm serve processes in %s; time scale %v: %v of scenario time in %v",
 		s.Metadata.Name, len(p.Clusters), dir, p.Scale, s.Spec.Duration.D(), p.Duration)
+	var tr *liveTrace
+	if opt.Trace != "" {
+		// Before the rig, so a trace that cannot be written costs no
+		// allocators.
+		if tr, err = newLiveTrace(opt.Trace, p.Scale); err != nil {
+			return nil, err
+		}
+		defer tr.a.Close()
+	}
 	var r liveRig
 	if p.Backend == BackendKubernetes {
 		r, err = startKubeRig(ctx, p, opt.QM, dir, opt.Progress)
@@ -148,11 +173,23 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 	}
 	defer r.stop()
 	logf("live %s: allocators up; callers send to %s", s.Metadata.Name, p.Entry)
-	return drive(ctx, p, r, *s.Spec.Seed, opt.Progress)
+	rep, err := drive(ctx, p, r, *s.Spec.Seed, opt.Progress, tr)
+	if err == nil && tr != nil {
+		// Every call and release has returned: what is queued is all.
+		if err = tr.a.Close(); err != nil {
+			err = fmt.Errorf("trace %s: %w", opt.Trace, err)
+		}
+		rep.Live.Trace = &TraceInfo{Path: opt.Trace, Start: tr.start.UTC(), Written: tr.a.Written(), Dropped: tr.a.Dropped()}
+		if d := tr.a.Dropped(); d > 0 {
+			rep.Live.NotModelled = append(rep.Live.NotModelled, fmt.Sprintf(
+				"trace: %d records were dropped (the disk fell behind); a replay of %s lacks them", d, opt.Trace))
+		}
+	}
+	return rep, err
 }
 
 // drive runs the workload and the outages against a running rig.
-func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Writer) (*Report, error) {
+func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Writer, tr *liveTrace) (*Report, error) {
 	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certsDir(), callerIdentity))
 	if err != nil {
 		return nil, err
@@ -191,6 +228,9 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 
 	start := time.Now()
 	rec := newRecorder(p, start)
+	if tr != nil {
+		tr.start = start
+	}
 	sources := r.sourceClusters()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -282,7 +322,12 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 		if err := warmUp(ctx, streamConns); err != nil {
 			return nil, err
 		}
-		c := &caller{rec: rec, alloc: entry, req: req, direct: st.Cluster, sources: sources, admins: admins}
+		c := &caller{rec: rec, alloc: entry, req: req, direct: st.Cluster, sources: sources, admins: admins, tr: tr}
+		if tr != nil {
+			if c.stream, err = tr.addStream(req); err != nil {
+				return nil, err
+			}
+		}
 		callers = append(callers, c)
 		sched, err := sim.NewSchedule(st.Rate, p.Duration)
 		if err != nil {
@@ -446,6 +491,10 @@ type caller struct {
 	sources map[string]string
 	admins  map[string]qmv1.AllocationAdminClient
 	held    sync.Map // *loadgen.Session -> heldSession
+	// tr records calls when the run keeps a trace (nil: none); stream is
+	// this caller's request in it.
+	tr     *liveTrace
+	stream int
 	// drawn are the session lengths loadgen drew, sessions how long they
 	// held their servers.
 	drawn, sessions runningMean
@@ -499,12 +548,19 @@ func (c *caller) Call(ctx context.Context) (codes.Code, *loadgen.Session) {
 		}
 	}
 	c.rec.add(sent, lat, code, cluster, c.direct)
-	if err != nil || cluster == "" {
-		return code, nil
-	}
 	ns := c.req.GetNamespace()
 	if ns == "" {
 		ns = "default"
+	}
+	if c.tr != nil {
+		it := liveTraceItem{at: sent, stream: c.stream, code: code, cluster: cluster, latency: lat}
+		if err == nil {
+			it.gs = ns + "/" + resp.GetGameServerName()
+		}
+		c.tr.add(it)
+	}
+	if err != nil || cluster == "" {
+		return code, nil
 	}
 	s := &loadgen.Session{Namespace: ns, Name: resp.GetGameServerName()}
 	c.held.Store(s, heldSession{cluster, time.Now()})
@@ -519,8 +575,10 @@ func (c *caller) Release(ctx context.Context, s *loadgen.Session) error {
 	h := v.(heldSession)
 	c.sessions.add(time.Since(h.since))
 	cluster := h.cluster
+	at := time.Now()
 	_, err := c.admins[cluster].Release(ctx, &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name})
 	c.rec.released(cluster, err == nil)
+	c.tr.add(liveTraceItem{at: at, release: true, code: status.Code(err), cluster: cluster, gs: s.Namespace + "/" + s.Name, latency: time.Since(at)})
 	return err
 }
 
