@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/quartermaster-dev/quartermaster/scenarios"
 	"github.com/quartermaster-dev/quartermaster/scenarios/live"
@@ -22,7 +23,7 @@ func init() {
 	})
 }
 
-const scenarioUsage = `usage: qm scenario run FILE [--live [--time-scale N]] [--out results.json] [--quiet]
+const scenarioUsage = `usage: qm scenario run FILE [--live [--time-scale N] [--trace TRACE]] [--out results.json] [--quiet]
 
 Without --live, the same as 'qm sim FILE': the simulator's prediction.
 
@@ -37,6 +38,12 @@ are checked on the live result, which is written in the simulator's format
 (kind LiveScenarioReport) so 'qm report SIM.json LIVE.json' shows predicted
 and measured side by side; live.notModelled lists what the live run does
 not reproduce. Progress goes to stderr; exit 2 when an expectation fails.
+
+--trace TRACE records what the callers sent and got (JSON lines, as qm load
+--trace writes them) on the scenario's timeline: times since the run's
+start and latencies are multiplied by the time scale, and each allocation
+names the scenario's cluster that served it. 'qm sim --replay TRACE FILE'
+then replays the live run against the file's clusters.
 
 flags:
 `
@@ -67,6 +74,7 @@ type scenarioFlags struct {
 	quiet   *bool
 	dir     *string
 	backend *string
+	trace   *string
 }
 
 func newScenarioFlags() *scenarioFlags {
@@ -77,6 +85,7 @@ func newScenarioFlags() *scenarioFlags {
 	f.out = f.fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr)")
 	f.quiet = f.fs.Bool("quiet", false, "no progress and no table; only failures and errors")
 	f.backend = f.fs.String("backend", live.BackendMemory, "with --live: memory (one memory-backend qm serve per cluster) or kubernetes (the multi-cluster rig: API servers, fleet agents, the file's allocator replicas; needs bin/etcd and bin/kube-apiserver, about 60 requests/s at most, no outages)")
+	f.trace = f.fs.String("trace", "", "with --live: record the callers' allocations and releases in this trace file, on the scenario's timeline (for qm sim --replay)")
 	f.dir = f.fs.String("dir", "", "with --live: keep the rig's certificates, fleets, policies and allocator logs in this new directory (default: a temporary one, removed)")
 	return f
 }
@@ -112,7 +121,7 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	set := map[string]bool{}
 	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if !*f.live {
-		for _, n := range []string{"time-scale", "dir", "backend"} {
+		for _, n := range []string{"time-scale", "dir", "backend", "trace"} {
 			if set[n] {
 				return usageFail(stderr, "scenario run", usage, "--%s applies to --live runs only", n)
 			}
@@ -144,7 +153,7 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	opt := live.Options{Scale: *f.scale, Dir: *f.dir, Backend: *f.backend}
+	opt := live.Options{Scale: *f.scale, Dir: *f.dir, Backend: *f.backend, Trace: *f.trace}
 	if !*f.quiet {
 		opt.Progress = stderr
 	}
@@ -175,6 +184,10 @@ func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		fmt.Fprintln(stdout)
 		printSummary(stdout, sr)
+		if t := rep.Live.Trace; t != nil {
+			fmt.Fprintf(stdout, "\ntrace: %d records in %s on the scenario's timeline from %s; replay it with qm sim --replay %s %s\n",
+				t.Written, t.Path, t.Start.Format(time.RFC3339), t.Path, files[0])
+		}
 	} else {
 		for _, c := range sr.Expectations {
 			if !c.Pass {
