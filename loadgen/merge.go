@@ -152,7 +152,8 @@ func mergeHist(dst *hdrhistogram.Histogram, enc string) error {
 
 func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 	out := TargetResult{TargetConfig: parts[0].TargetConfig}
-	hist, late := NewHistogram(), NewHistogram()
+	hist, late, fromSend := NewHistogram(), NewHistogram(), NewHistogram()
+	allFromSend := true // every part has it (older results do not)
 	var series []Point
 	var secHists []*hdrhistogram.Histogram
 	var answered int64
@@ -166,6 +167,8 @@ func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 		out.Released += t.Released
 		out.ReleaseErrors += t.ReleaseErrors
 		out.ServerCPUSeconds += t.ServerCPUSeconds
+		out.PreciseWaits += t.PreciseWaits
+		out.Behind += t.Behind
 		for c, n := range t.Errors {
 			if out.Errors == nil {
 				out.Errors = map[string]int64{}
@@ -177,6 +180,11 @@ func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 			return out, err
 		}
 		if err := mergeHist(late, t.SendLatenessHistogram); err != nil {
+			return out, err
+		}
+		if t.FromSendHistogram == "" && t.Latency.Count > 0 {
+			allFromSend = false
+		} else if err := mergeHist(fromSend, t.FromSendHistogram); err != nil {
 			return out, err
 		}
 		for _, p := range t.Series {
@@ -215,6 +223,12 @@ func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 	}
 	out.Histogram, _ = EncodeHistogram(hist)
 	out.SendLatenessHistogram, _ = EncodeHistogram(late)
+	if allFromSend {
+		// Left out when a part lacks it: a merge of some parts would
+		// pass for the whole.
+		out.FromSend = Summarize(fromSend)
+		out.FromSendHistogram, _ = EncodeHistogram(fromSend)
+	}
 	for s := range series {
 		p := &series[s]
 		if p.ActiveSeconds > 0 {

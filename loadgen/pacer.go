@@ -291,3 +291,88 @@ func Length(p Pacer) time.Duration {
 	}
 	return 0
 }
+
+// The open loop's waits. A Go timer on Linux wakes up to a millisecond
+// late (the runtime's network poller waits in whole milliseconds), and
+// that error lands in every request's latency, which runs from its due
+// time. Waiting the last stretch before an arrival precisely (nanosleep,
+// see preciseSleep) removes most of it, but blocks a thread per arrival:
+// at high rates, or on a machine busy enough to deschedule the generator,
+// that costs the senders more than the precision is worth (commit 8bb7acb
+// left arrivals unsent at 4,000/s that way). precision decides, arrival by
+// arrival, which wait is affordable.
+const (
+	// DefaultPrecise is the stretch before each arrival waited precisely:
+	// just over a Go timer's worst usual lateness, so a timer aimed that
+	// early wakes before the arrival.
+	DefaultPrecise = time.Millisecond
+	// preciseMinGap: arrivals closer together than this on average (above
+	// 2,500/s) are paced by timers alone; the loop then sends several per
+	// wake-up anyway and the blocked thread would cost sending capacity.
+	preciseMinGap = 400 * time.Microsecond
+	// preciseSlack: an arrival reached this late means the generator is
+	// behind (descheduled, or short of CPU), and precise waits stop for
+	// preciseCooldown so that it can catch up on timers alone.
+	preciseSlack    = 2 * time.Millisecond
+	preciseCooldown = time.Second
+)
+
+// precision is the open loop's choice of wait for each arrival. It has no
+// clock of its own: the runner passes the time (from any fixed origin), so
+// tests drive it with made-up instants.
+type precision struct {
+	stretch  time.Duration // longest precise wait; <= 0: timers only
+	minGap   time.Duration
+	slack    time.Duration
+	cooldown time.Duration
+
+	gap      time.Duration // the arrivals' mean gap, smoothed
+	lastDue  time.Duration
+	arrivals int           // seen so far (the gap is known from the second)
+	offUntil time.Duration // precise waits off until then (behind)
+
+	precise int64 // arrivals whose last stretch was waited precisely
+	behind  int64 // times the generator was found behind
+}
+
+func newPrecision(stretch time.Duration) *precision {
+	return &precision{stretch: stretch, minGap: preciseMinGap, slack: preciseSlack, cooldown: preciseCooldown}
+}
+
+// plan is how to wait, at now, for an arrival due at due: sleep timer on
+// a Go timer, then, when fine, wait precisely until due. Arrivals are
+// planned in order, once each.
+func (p *precision) plan(now, due time.Duration) (timer time.Duration, fine bool) {
+	if p.arrivals > 0 {
+		g := max(due-p.lastDue, 0)
+		if p.arrivals == 1 {
+			p.gap = g
+		} else {
+			p.gap += (g - p.gap) / 8 // a Poisson schedule's gaps vary; their mean decides
+		}
+	}
+	p.arrivals++
+	p.lastDue = due
+	wait := due - now
+	if wait <= 0 {
+		p.woke(now, due)
+		return 0, false
+	}
+	if p.stretch <= 0 || p.arrivals < 2 || p.gap < p.minGap || now < p.offUntil {
+		return wait, false
+	}
+	p.precise++
+	return max(wait-p.stretch, 0), true
+}
+
+// woke notes that the loop was ready to send the arrival due at due at
+// now (after its wait, or finding it already due): later than the slack
+// means the generator is behind, and precise waits pause.
+func (p *precision) woke(now, due time.Duration) {
+	if now-due > p.slack {
+		if now >= p.offUntil {
+			p.behind++
+		}
+		p.offUntil = now + p.cooldown
+	}
+}

@@ -28,6 +28,7 @@ type Recorder struct {
 	mu       sync.Mutex
 	hist     *hdrhistogram.Histogram
 	late     *hdrhistogram.Histogram
+	fromSend *hdrhistogram.Histogram
 	codes    map[codes.Code]int64
 	intended int64
 	sent     int64
@@ -46,7 +47,7 @@ type second struct {
 
 // NewRecorder returns an empty Recorder.
 func NewRecorder() *Recorder {
-	return &Recorder{hist: NewHistogram(), late: NewHistogram(), codes: map[codes.Code]int64{}}
+	return &Recorder{hist: NewHistogram(), late: NewHistogram(), fromSend: NewHistogram(), codes: map[codes.Code]int64{}}
 }
 
 // grow returns second s's entry, adding seconds up to it.
@@ -139,6 +140,7 @@ func (r *Recorder) Add(s Sample) {
 	defer r.mu.Unlock()
 	record(r.hist, s.Latency)
 	record(r.late, s.Lateness)
+	record(r.fromSend, s.Latency-s.Lateness)
 	r.codes[s.Code]++
 	sec := r.at(s.Second)
 	if sec.hist == nil {
@@ -231,6 +233,7 @@ func (r *Recorder) Result(cfg TargetConfig) TargetResult {
 		NotSent:       r.intended - r.sent,
 		Latency:       Summarize(r.hist),
 		SendLateness:  Summarize(r.late),
+		FromSend:      Summarize(r.fromSend),
 		Series:        make([]Point, len(r.seconds)),
 	}
 	var answered int64
@@ -255,6 +258,7 @@ func (r *Recorder) Result(cfg TargetConfig) TargetResult {
 	}
 	t.Histogram, _ = EncodeHistogram(r.hist)
 	t.SendLatenessHistogram, _ = EncodeHistogram(r.late)
+	t.FromSendHistogram, _ = EncodeHistogram(r.fromSend)
 	for i := range r.seconds {
 		p := r.seconds[i].point
 		if p.ActiveSeconds > 0 {

@@ -172,6 +172,19 @@ type TargetResult struct {
 	Histogram string `json:"histogram"`
 	// SendLatenessHistogram is SendLateness's HDR histogram.
 	SendLatenessHistogram string `json:"sendLatenessHistogram"`
+	// FromSend is the latency from when each request actually went out,
+	// as a closed-loop tool such as ghz measures it: Latency without the
+	// generator's own lateness. It compares generators like for like; it
+	// hides a stalled server's queue, so Latency is the figure to trust.
+	// (Absent from results written before it was added.)
+	FromSend          Latency `json:"fromSend"`
+	FromSendHistogram string  `json:"fromSendHistogram,omitempty"`
+	// PreciseWaits counts the arrivals (open loop) whose last stretch was
+	// waited precisely rather than on a timer, and Behind the times the
+	// generator found itself behind its schedule and paused precise waits
+	// (see Options.Precise).
+	PreciseWaits int64 `json:"preciseWaits,omitempty"`
+	Behind       int64 `json:"behind,omitempty"`
 
 	// Series has one point per second of the measured run, by the
 	// second in which a request was meant to be sent.
@@ -314,6 +327,9 @@ func ReadResult(r io.Reader) (*Result, error) {
 		}
 		if _, err := DecodeHistogram(t.SendLatenessHistogram); err != nil {
 			return nil, fmt.Errorf("targets[%d] (%s) sendLatenessHistogram: %w", i, t.Name, err)
+		}
+		if _, err := DecodeHistogram(t.FromSendHistogram); err != nil {
+			return nil, fmt.Errorf("targets[%d] (%s) fromSendHistogram: %w", i, t.Name, err)
 		}
 		for j, p := range t.Series {
 			if _, err := DecodeHistogram(p.Histogram); err != nil {

@@ -64,6 +64,13 @@ type Options struct {
 	// but keeps most of one busy, and on a loaded machine takes CPU the
 	// senders need.
 	Spin time.Duration
+	// Precise is the longest stretch before each arrival that the open
+	// loop waits precisely (nanosleep) instead of on a Go timer, which is
+	// up to a millisecond late: 0 is DefaultPrecise, negative turns it off
+	// (timers only). It is used only while the generator keeps to its
+	// schedule and arrivals are at most 2,500/s; behind, or faster, the
+	// loop falls back to timers (see precision). Spin, when set, replaces it.
+	Precise time.Duration
 	// Progress, when set, gets a progress line every ProgressEvery
 	// (default 1s); with Terminal the line is rewritten in place.
 	Progress      io.Writer
@@ -84,6 +91,12 @@ func (o *Options) defaults() error {
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = time.Second
 	}
+	if o.Precise == 0 {
+		o.Precise = DefaultPrecise
+	}
+	if o.Spin > 0 {
+		o.Precise = -1 // the spin already waits the last stretch
+	}
 	if o.Closed && o.Workers <= 0 {
 		return errors.New("closed loop needs at least one worker")
 	}
@@ -96,6 +109,7 @@ func (o *Options) defaults() error {
 type targetRun struct {
 	Target
 	pacer      Pacer
+	prec       *precision
 	rec        *Recorder
 	n          uint64        // the next arrival of the schedule
 	active     time.Duration // wall time of its turns
@@ -129,7 +143,8 @@ type runner struct {
 	relMu     sync.Mutex
 	relTimers map[*time.Timer]func()
 	timer     *time.Timer
-	first     bool // the next turn is the measured run's first
+	first     bool      // the next turn is the measured run's first
+	epoch     time.Time // the origin of the precision's clock
 }
 
 // Run drives the targets and returns what it measured. cfg is recorded in
@@ -154,7 +169,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 	})
 	defer stopGrace()
 
-	r := &runner{opt: opt, callCtx: callCtx, relSem: make(chan struct{}, 64), relTimers: map[*time.Timer]func(){}, timer: time.NewTimer(time.Hour)}
+	r := &runner{opt: opt, callCtx: callCtx, relSem: make(chan struct{}, 64), relTimers: map[*time.Timer]func(){}, timer: time.NewTimer(time.Hour), epoch: time.Now()}
 	r.timer.Stop()
 	for _, t := range targets {
 		tr := &targetRun{Target: t, sem: make(chan struct{}, opt.MaxInFlight)}
@@ -167,7 +182,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 		for _, tr := range r.runs {
 			tr.rec = NewRecorder()
 			if !opt.Closed {
-				tr.pacer = opt.NewPacer()
+				tr.pacer, tr.prec = opt.NewPacer(), newPrecision(opt.Precise)
 			}
 			r.turn(ctx, tr, opt.Warmup, 0)
 			tr.n, tr.active, tr.sched, tr.dispatched, tr.done, tr.windows = 0, 0, 0, 0, false, nil
@@ -176,7 +191,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 	for _, tr := range r.runs {
 		tr.rec = NewRecorder()
 		if !opt.Closed {
-			tr.pacer = opt.NewPacer()
+			tr.pacer, tr.prec = opt.NewPacer(), newPrecision(opt.Precise)
 		}
 	}
 
@@ -228,6 +243,9 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 	for _, tr := range r.runs {
 		t := tr.rec.Result(tr.Config)
 		t.Released, t.ReleaseErrors = tr.released.Load(), tr.relErrors.Load()
+		if tr.prec != nil {
+			t.PreciseWaits, t.Behind = tr.prec.precise, tr.prec.behind
+		}
 		if tr.serverCPU > 0 {
 			t.ServerCPUSeconds = tr.serverCPU.Seconds()
 			if n := t.Latency.Count; n > 0 {
@@ -308,12 +326,10 @@ func (r *runner) turn(ctx context.Context, tr *targetRun, w time.Duration, round
 }
 
 // sleepUntil waits for t or the end of ctx; false if ctx ended. Go's
-// timers on Linux wake up to a millisecond late (half on average), which
-// is counted as send lateness; with Spin the last stretch is spent
-// yielding in a loop instead, which is punctual but costs CPU. (Sleeping
-// the last stretch with nanosleep(2) was tried: half the lateness at
-// 2,000/s, but a blocking syscall per arrival, and at 4,000/s on a busy
-// machine arrivals went unsent that timers alone sent; see loadgen/README.md.)
+// timers on Linux wake up to a millisecond late (half on average); with
+// Spin the last stretch is spent yielding in a loop instead, which is
+// punctual but costs CPU. Arrivals go through arrive, which chooses
+// between a timer and a precise wait; the end of a turn needs no precision.
 func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t) - r.opt.Spin
 	if d > 0 {
@@ -327,6 +343,37 @@ func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 	for r.opt.Spin > 0 && time.Now().Before(t) {
 		runtime.Gosched()
+	}
+	return ctx.Err() == nil
+}
+
+// arrive waits for an arrival due at t as prec plans it: on a timer,
+// then, when affordable, precisely for the last stretch. false if ctx
+// ended.
+func (r *runner) arrive(ctx context.Context, prec *precision, t time.Time) bool {
+	if r.opt.Spin > 0 {
+		return r.sleepUntil(ctx, t)
+	}
+	due := t.Sub(r.epoch)
+	timer, fine := prec.plan(time.Since(r.epoch), due)
+	if timer > 0 {
+		r.timer.Reset(timer)
+		select {
+		case <-r.timer.C:
+		case <-ctx.Done():
+			r.timer.Stop()
+			return false
+		}
+	}
+	if timer > 0 {
+		// A timer that wakes well past the arrival (not just its usual
+		// millisecond) means the generator was descheduled.
+		prec.woke(time.Since(r.epoch), due)
+	}
+	if fine {
+		for rest := time.Until(t); rest > 0; rest = time.Until(t) {
+			preciseSleep(rest)
+		}
 	}
 	return ctx.Err() == nil
 }
@@ -354,7 +401,7 @@ func (r *runner) openTurn(ctx context.Context, tr *targetRun, w time.Duration, s
 			break
 		}
 		due := wallOf(d)
-		if !r.sleepUntil(ctx, due) {
+		if !r.arrive(ctx, tr.prec, due) {
 			break
 		}
 		got := false

@@ -68,6 +68,7 @@ type loadFlags struct {
 	requestFile, scenario, stream string
 	shard, startAt                string
 	spin                          time.Duration
+	precise                       time.Duration
 	serverPID                     int
 	namespace, scheduling         string
 	labels, annotations, counters multiFlag
@@ -226,6 +227,7 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.StringVar(&f.requestFile, "request", "", "JSON AllocationRequest file (\"-\" for stdin) instead of the request flags")
 	fs.StringVar(&f.scenario, "scenario", "", "scenario file: take the rate, request and session lengths from its workload")
 	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
+	fs.DurationVar(&f.precise, "precise", loadgen.DefaultPrecise, "open loop: wait up to this long before each arrival with nanosleep instead of a Go timer (up to 1ms late), while on schedule and at most 2,500/s; 0: timers only")
 	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
 	fs.StringVar(&f.startAt, "start-at", "", "wait, once connected, until this time (RFC 3339, like 2026-11-22T20:00:00Z) to start: generators of one load begin together")
@@ -277,8 +279,8 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 	if f.workers > 0 && set["rate"] {
 		return nil, errors.New("--rate (open loop) and --workers (closed loop) exclude each other")
 	}
-	if f.duration < 0 || f.warmup < 0 || f.session < 0 || f.spin < 0 {
-		return nil, errors.New("--duration, --warmup, --session and --spin must not be negative")
+	if f.duration < 0 || f.warmup < 0 || f.session < 0 || f.spin < 0 || f.precise < 0 {
+		return nil, errors.New("--duration, --warmup, --session, --spin and --precise must not be negative")
 	}
 	if f.window <= 0 {
 		return nil, fmt.Errorf("--window %v: want a positive duration", f.window)
@@ -533,6 +535,10 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		SessionLength: sessionLength,
 		Reference:     ref,
 		Spin:          f.spin,
+		Precise:       f.precise,
+	}
+	if f.precise == 0 {
+		p.opt.Precise = -1 // timers only
 	}
 	return p, nil
 }

@@ -141,7 +141,7 @@ func TestLoadAgainstServe(t *testing.T) {
 	if len(res.Expectations) != 6 {
 		t.Errorf("expectations: %+v", res.Expectations)
 	}
-	for _, want := range []string{"grpc", "rest", "echo", "grpc / echo: throughput", "send lateness"} {
+	for _, want := range []string{"grpc", "rest", "echo", "grpc / echo: throughput", "send lateness", "latency from the actual send"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("summary lacks %q", want)
 		}
