@@ -341,6 +341,12 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 			Timeout:     p.Deadline,
 			MaxInFlight: 8192,
 			Release:     true,
+			// Timers only: a run drives several streams at once, each
+			// with a loop of its own, and a precise wait blocks a
+			// thread per stream; the millisecond a timer can be late is
+			// small beside the latencies a scenario models, and the
+			// late sends are counted in the result as usual.
+			Precise: -1,
 			SessionLength: func() time.Duration {
 				d := draw()
 				c.drawn.add(d)
