@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -76,6 +77,9 @@ func (b indexBackend) CountAllocatedTo(o string) int           { return b.ix.Cou
 func (b indexBackend) Ready() bool                             { return true }
 func (b indexBackend) Instant() bool                           { return true }
 
+// raceEnabled is set in race builds (race_internal_test.go).
+var raceEnabled bool
+
 // TestServiceAllocationAllocations bounds the heap allocations of one
 // allocation between the gRPC codec and the answer's encoding (decode,
 // admission, normalization, the index, metrics), which the garbage
@@ -135,10 +139,35 @@ func TestServiceAllocationAllocations(t *testing.T) {
 	}
 	serve()
 	generated()
-	n := testing.AllocsPerRun(1000, serve)
-	g := testing.AllocsPerRun(1000, generated)
-	t.Logf("%.0f heap allocations per allocation (through the generated decoder: %.0f)", n, g)
-	if n > 19 {
-		t.Fatalf("%.0f heap allocations per allocation, want at most 19", n)
+	n := allocsPerCall(1000, serve)
+	g := allocsPerCall(1000, generated)
+	t.Logf("%.2f heap allocations per allocation (through the generated decoder: %.2f)", n, g)
+	// Under 20 on average, as testing.AllocsPerRun's "at most 19" (it
+	// rounds down). Under the race detector sync.Pool drops one Put in four
+	// at random, so the answer's pooled buffer (its array and the *[]byte,
+	// 2) and gRPC's buffer object holding it (1) are allocated afresh a
+	// quarter of the time: 0.75 more per call on average (19.2 becomes
+	// about 19.95), which made this fail about one run in seven with
+	// -race. An allocation more per call still fails either way.
+	limit := 20.0
+	if raceEnabled {
+		limit += 0.75
 	}
+	if n >= limit {
+		t.Fatalf("%.2f heap allocations per allocation, want under %.2f (at most 19 without -race)", n, limit)
+	}
+}
+
+// allocsPerCall is testing.AllocsPerRun without its rounding down to a
+// whole number, which would put an average of 19.95 at 19 or 20 by chance.
+func allocsPerCall(runs int, f func()) float64 {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	f() // warm up, as AllocsPerRun
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.Mallocs-before.Mallocs) / float64(runs)
 }
