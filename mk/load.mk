@@ -19,3 +19,16 @@ load-echo: build
 ## load-open: open loop at LOAD_RATE/s, allocations vs echo, with latency from the intended send time.
 load-open: build
 	@bash mk/load.sh "$(BIN)/qm" "$(LOAD_OUT)" open --rate $(LOAD_RATE) --duration $(LOAD_DURATION) --window $(LOAD_WINDOW)
+
+FORWARD_MODE ?= pinned
+
+.PHONY: load-forward load-forward-lone
+
+## load-forward: issue 10's forwarding throughput from outside: direct to a remote `qm serve` vs through an entry
+## `qm serve` forwarding to it, 64 callers, turns of 1s (FORWARD_MODE=pinned: the entry on a core of its own; shared; onecore).
+load-forward: build
+	@bash mk/load-forward.sh "$(BIN)/qm" "$(LOAD_OUT)" $(FORWARD_MODE) --workers $(LOAD_WORKERS) --duration $(LOAD_DURATION) --window 1s --progress never
+
+## load-forward-lone: the same with one caller: forwarded p50 against direct p50 plus a round trip (the health check).
+load-forward-lone: build
+	@bash mk/load-forward.sh "$(BIN)/qm" "$(LOAD_OUT)" $(FORWARD_MODE) --workers 1 --duration $(LOAD_DURATION) --window 500ms --progress never

@@ -9,6 +9,8 @@
 #   load-echo.json       `qm load` against a `qm serve` process on loopback,
 #                        allocations and the health-check echo taking turns
 #                        (ten rounds, whatever PERF_ROUNDS says)
+#   forward-MODE.json    `qm load` direct to a remote `qm serve` and through
+#                        an entry that forwards to it (mk/load-forward.sh)
 #
 # Rounds interleave the parts: each round runs the core benchmarks and then
 # the service's, and a "round: N" line before each run lets `qm report`
@@ -113,5 +115,14 @@ done
 # shows and fails on.
 echo "== qm load against a local qm serve ($((SECONDS - start)) s so far)" >&2
 bash mk/load.sh "$qm" "$out" load-echo --workers 64 --duration 5s --window 500ms --progress never >&2 ||
+	[[ $? -eq 2 ]]
+# Forwarding from outside (mk/load-forward.sh): the same multi-cluster
+# request direct to a remote `qm serve` and through an entry `qm serve`
+# that forwards to it, in 500 ms turns, the entry on a core of its own
+# where there are two. Reported, not gated, except that it must not fail.
+fwd_mode=pinned
+[[ $(nproc) -ge 2 ]] || fwd_mode=shared
+echo "== qm load through a forwarding qm serve, $fwd_mode ($((SECONDS - start)) s so far)" >&2
+bash mk/load-forward.sh "$qm" "$out" "$fwd_mode" --workers 64 --duration 3s --window 500ms --progress never >&2 ||
 	[[ $? -eq 2 ]]
 echo "== suite done in $((SECONDS - start)) s" >&2

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Forwarding's throughput measured from outside (issue 10's figure, the
+# way a user would reproduce it): two `qm serve` processes on loopback, an
+# entry allocator whose one policy forwards to a remote allocator, and
+# `qm load` from a third process sending the same multi-cluster request to
+# both in alternating turns: "direct" to the remote (which serves it from a
+# policy naming its own fleet) and "forwarded" through the entry. The
+# ratio forwarded/direct is measured in one run. A third target,
+# "roundtrip", is the remote's gRPC health check over the same mTLS: what
+# one more hop's round trip costs with no work behind it, for the lone
+# request's figure (--workers 1): forwarded p50 against direct p50 plus
+# roundtrip p50.
+#
+# Usage: mk/load-forward.sh path/to/qm OUTDIR pinned|shared|onecore [qm load flags]
+#
+#   pinned  the entry runs on CPU 1, the remote and qm load on CPU 0: the
+#           entry has a core of its own, as an allocator in another
+#           cluster has. A direct turn leaves CPU 1 idle; a forwarded
+#           one adds the entry's work there, so the ratio says whether
+#           the forwarding hop holds throughput back when it is not
+#           competing with the remote and the callers for CPU.
+#   shared  no pinning: the three processes share the machine's cores, so
+#           every forwarded request costs the cores a remote allocation
+#           plus the entry's gRPC hop (a ratio near 0.5 on two cores).
+#   onecore all three on CPU 0: no wake-up ever crosses cores, which tells
+#           a lone request's scheduling delays from the work itself.
+#
+# Exit status: qm load's (2: an --expect failed), 1 for anything else.
+# Writes OUTDIR/forward-MODE.json (qm load's result) and prints its summary.
+# FORWARD_SERVE_FLAGS adds flags to both `qm serve` commands (say
+# "--pprof --http-addr 127.0.0.1:0" to profile them).
+set -euo pipefail
+
+qm=${1:?usage: load-forward.sh path/to/qm OUTDIR pinned|shared|onecore [flags]}
+outdir=${2:?}
+mode=${3:?}
+shift 3
+case $mode in
+pinned | onecore)
+	if [[ $mode == pinned && $(nproc) -lt 2 ]]; then
+		echo "load-forward: $mode needs two CPUs, this machine has $(nproc)" >&2
+		exit 1
+	fi
+	command -v taskset >/dev/null || { echo "load-forward: $mode needs taskset (util-linux)" >&2; exit 1; }
+	on_remote=(taskset -c 0) on_entry=(taskset -c 1) on_load=(taskset -c 0)
+	[[ $mode == onecore ]] && on_entry=(taskset -c 0)
+	;;
+shared) on_remote=() on_entry=() on_load=() ;;
+*)
+	echo "load-forward: mode must be pinned, shared or onecore, got \"$mode\"" >&2
+	exit 1
+	;;
+esac
+
+state=$(mktemp -d "${TMPDIR:-/tmp}/qm-forward.XXXXXX")
+pids=()
+cleanup() {
+	status=$?
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$p" 2>/dev/null || true
+	done
+	if [[ $status -ne 0 ]]; then
+		for n in remote entry; do
+			[[ -f $state/$n.log ]] && { echo "--- $n log ---" >&2; tail -n 20 "$state/$n.log" >&2; }
+		done
+	fi
+	rm -rf "$state"
+	exit "$status"
+}
+trap cleanup EXIT INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+remote=127.0.0.1:$(free_port)
+entry=127.0.0.1:$(free_port)
+
+"$qm" certs --dir "$state/certs" --hosts localhost,127.0.0.1 --clients caller,forwarder >/dev/null
+
+# The remote: a fleet big enough that no turn runs it dry (nothing is
+# released), and a policy naming its own fleet, so the direct target's
+# multi-cluster request is served here with the same request as the
+# forwarded one.
+cat >"$state/fleets.yaml" <<'YAML'
+apiVersion: quartermaster.dev/v1alpha1
+kind: Fleets
+nodes: 1000
+fleets:
+- name: load
+  replicas: 250000
+  labels: {mode: load}
+YAML
+cat >"$state/remote-policies.yaml" <<'YAML'
+apiVersion: multicluster.agones.dev/v1
+kind: GameServerAllocationPolicy
+metadata: {name: here, namespace: default, labels: {route: bench}}
+spec:
+  priority: 1
+  weight: 100
+  connectionInfo: {clusterName: remote}
+YAML
+cat >"$state/entry-policies.yaml" <<YAML
+apiVersion: multicluster.agones.dev/v1
+kind: GameServerAllocationPolicy
+metadata: {name: to-remote, namespace: default, labels: {route: bench}}
+spec:
+  priority: 1
+  weight: 100
+  connectionInfo:
+    clusterName: remote
+    allocationEndpoints: ["$remote"]
+    secretName: to-remote
+    namespace: default
+YAML
+sh "$(dirname "$0")/../examples/multicluster/secret.sh" "$state/certs" forwarder to-remote >>"$state/entry-policies.yaml"
+printf 'apiVersion: quartermaster.dev/v1alpha1\nkind: Fleets\nnodes: 1\nfleets: []\n' >"$state/empty.yaml"
+
+start() { # name addr fleets policies cpu...
+	local name=$1 addr=$2 fleets=$3 policies=$4
+	shift 4
+	"$@" "$qm" serve --addr "$addr" --http-addr "" --cluster-name "$name" \
+		--tls-dir "$state/certs/server" --client-ca-dir "$state/certs/client-ca" \
+		--fleets "$fleets" --policies "$policies" --ready-file "$state/$name.ready" ${FORWARD_SERVE_FLAGS:-} >/dev/null 2>"$state/$name.log" &
+	pids+=($!)
+}
+start remote "$remote" "$state/fleets.yaml" "$state/remote-policies.yaml" ${on_remote[@]+"${on_remote[@]}"}
+start entry "$entry" "$state/empty.yaml" "$state/entry-policies.yaml" ${on_entry[@]+"${on_entry[@]}"}
+for n in remote entry; do
+	for _ in $(seq 600); do [[ -s $state/$n.ready ]] && break; sleep 0.1; done
+	[[ -s $state/$n.ready ]] || { echo "load-forward: $n did not start in 60s" >&2; exit 1; }
+done
+
+cat >"$state/request.json" <<'JSON'
+{"multiClusterSetting": {"enabled": true, "policySelector": {"matchLabels": {"route": "bench"}}},
+ "selectors": [{"matchLabels": {"mode": "load"}}]}
+JSON
+# One allocation through each first: the label key's index and the
+# entry's client to the remote exist before the clock starts.
+for a in "$remote" "$entry"; do
+	"$qm" allocate --addr "$a" --certs-dir "$state/certs" --identity caller --policy-selector route=bench \
+		--selector mode=load --timeout 2m >/dev/null
+done
+
+mkdir -p "$outdir"
+cmd=(${on_load[@]+"${on_load[@]}"} "$qm" load --certs-dir "$state/certs" --identity caller
+	--target "direct=$remote" --target "forwarded=$entry" --target "roundtrip=$remote" --echo roundtrip --reference direct
+	--request "$state/request.json" --release=false --warmup 1s --expect 'errors==0'
+	--out "$outdir/forward-$mode.json" "$@")
+echo "+ ${cmd[*]}"
+"${cmd[@]}"
