@@ -205,7 +205,12 @@ func TestCreateDeadlineCleansUp(t *testing.T) {
 	h := startCreateHarness(t)
 	alice := h.admin(h.dial(h.pki.client(t, "alice", nil, nil)))
 	before := len(h.backend.Index().List())
-	_, err := alice.Create(callCtx(t, 300*time.Millisecond), &qmv1.CreateRequest{Template: "slow"})
+	// Create keeps a tenth of the caller's deadline (at most 1s) back for
+	// deleting the server and answering: 2s leaves 200ms, which a 2-core
+	// machine busy with other tests under -race still makes. (300ms left
+	// 30ms, and the client's own deadline sometimes fired first, with no
+	// message from the server.)
+	_, err := alice.Create(callCtx(t, 2*time.Second), &qmv1.CreateRequest{Template: "slow"})
 	wantCode(t, err, codes.DeadlineExceeded)
 	if !strings.Contains(err.Error(), "did not become Ready within the caller's deadline; it was deleted, nothing is left behind") {
 		t.Errorf("message %q", err)
