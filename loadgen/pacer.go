@@ -311,10 +311,15 @@ const (
 	// wake-up anyway and the blocked thread would cost sending capacity.
 	preciseMinGap = 400 * time.Microsecond
 	// preciseSlack: an arrival reached this late means the generator is
-	// behind (descheduled, or short of CPU), and precise waits stop for
-	// preciseCooldown so that it can catch up on timers alone.
+	// behind (descheduled, or short of CPU), and precise waits stop until
+	// preciseCooldown passes without another late arrival, so that it
+	// can catch up on timers alone. A lone stall (a few milliseconds of
+	// the process's own collector, say) then costs a tenth of a second
+	// of timer pacing, while a machine that keeps the generator behind
+	// keeps extending it. (A whole second put a quarter of a quiet run's
+	// arrivals on timers, which set its p99 lateness.)
 	preciseSlack    = 2 * time.Millisecond
-	preciseCooldown = time.Second
+	preciseCooldown = 100 * time.Millisecond
 )
 
 // precision is the open loop's choice of wait for each arrival. It has no

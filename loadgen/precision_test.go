@@ -94,33 +94,35 @@ func TestPrecisionPausesWhenBehind(t *testing.T) {
 	if p.behind != 1 {
 		t.Fatalf("behind %d, want 1", p.behind)
 	}
-	// Catching up, and for a second after, timers only, even with time to
-	// spare; lateness inside the slack does not count as behind.
-	for at := 60 * ms; at < 50*ms+time.Second; at += 100 * ms {
+	// Catching up, and for the cool-down after, timers only, even with
+	// time to spare; lateness inside the slack does not count as behind.
+	cd := preciseCooldown
+	for at := 60 * ms; at < 50*ms+cd; at += cd / 10 {
 		if timer, fine := p.plan(at, at+900*us); fine || timer != 900*us {
 			t.Fatalf("at %v, in the cool-down: timer %v fine %v; want a timer only", at, timer, fine)
 		}
 	}
-	p.woke(1100*ms, 1100*ms-preciseSlack) // exactly the slack: not behind
+	p.woke(50*ms+cd/2, 50*ms+cd/2-preciseSlack) // exactly the slack: not behind, not extended
 	if p.behind != 1 {
 		t.Fatalf("lateness within the slack counted as behind")
 	}
-	if _, fine := p.plan(50*ms+time.Second, 50*ms+time.Second+900*us); !fine {
+	if _, fine := p.plan(50*ms+cd, 50*ms+cd+900*us); !fine {
 		t.Fatal("after the cool-down: want precise waits again")
 	}
 	// A timer that wakes late (a stall while sleeping) pauses them too,
 	// and a second stall inside the cool-down extends it without
 	// counting twice.
 	p.woke(2*time.Second, 2*time.Second-5*ms)
-	p.woke(2*time.Second+500*ms, 2*time.Second+500*ms-5*ms)
+	p.woke(2*time.Second+cd/2, 2*time.Second+cd/2-5*ms)
 	if p.behind != 2 {
 		t.Fatalf("behind %d, want 2", p.behind)
 	}
-	if _, fine := p.plan(3*time.Second+400*ms, 3*time.Second+401*ms); fine {
-		t.Fatal("the second stall's cool-down should run until 3.5s")
+	end := 2*time.Second + cd/2 + cd
+	if _, fine := p.plan(end-cd/10, end-cd/10+ms); fine {
+		t.Fatalf("the second stall's cool-down should run until %v", end)
 	}
-	if _, fine := p.plan(3*time.Second+600*ms, 3*time.Second+601*ms); !fine {
-		t.Fatal("after 3.5s: want precise waits again")
+	if _, fine := p.plan(end+cd/10, end+cd/10+ms); !fine {
+		t.Fatalf("after %v: want precise waits again", end)
 	}
 }
 

@@ -4,7 +4,7 @@
 # pinned tools/ghz module (as tools/proto pins the protoc plugins), cached
 # in $(BIN) under a name keyed by its version and the module's hash.
 #
-#   make load-bench                         3 rounds of 5s per phase, then 2 x 30s of pacing
+#   make load-bench                         3 rounds of 5s per phase, then 3 x 30s of pacing (default, timers, spin)
 #   make load-bench LOAD_BENCH_ROUNDS=5 LOAD_BENCH_DURATION=10s
 #
 # The figures are reported as qm load over ghz, measured in the same run;
