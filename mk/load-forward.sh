@@ -78,16 +78,18 @@ entry=127.0.0.1:$(free_port)
 "$qm" certs --dir "$state/certs" --hosts localhost,127.0.0.1 --clients caller,forwarder >/dev/null
 
 # The remote: a fleet big enough that no turn runs it dry (nothing is
-# released), and a policy naming its own fleet, so the direct target's
+# released; FORWARD_SERVERS, 500,000 by default, holds 64 callers' 9s
+# per target with warm-ups at this machine's rates), and a policy naming its own fleet, so the direct target's
 # multi-cluster request is served here with the same request as the
 # forwarded one.
-cat >"$state/fleets.yaml" <<'YAML'
+servers=${FORWARD_SERVERS:-500000}
+cat >"$state/fleets.yaml" <<YAML
 apiVersion: quartermaster.dev/v1alpha1
 kind: Fleets
-nodes: 1000
+nodes: 2000
 fleets:
 - name: load
-  replicas: 250000
+  replicas: $servers
   labels: {mode: load}
 YAML
 cat >"$state/remote-policies.yaml" <<'YAML'

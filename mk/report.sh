@@ -123,6 +123,6 @@ bash mk/load.sh "$qm" "$out" load-echo --workers 64 --duration 5s --window 500ms
 fwd_mode=pinned
 [[ $(nproc) -ge 2 ]] || fwd_mode=shared
 echo "== qm load through a forwarding qm serve, $fwd_mode ($((SECONDS - start)) s so far)" >&2
-bash mk/load-forward.sh "$qm" "$out" "$fwd_mode" --workers 64 --duration 3s --window 500ms --progress never >&2 ||
+FORWARD_SERVERS=250000 bash mk/load-forward.sh "$qm" "$out" "$fwd_mode" --workers 64 --duration 3s --window 500ms --progress never >&2 ||
 	[[ $? -eq 2 ]]
 echo "== suite done in $((SECONDS - start)) s" >&2
