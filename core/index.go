@@ -1367,3 +1367,11 @@ func pickRandom(g *group, sel *Selector, r *rng, b *budget) *entry {
 	}
 	return nil
 }
+
+// Scans is how many selectors were served by a scan instead of the walk
+// in order (see scanPick): rare for sane requests.
+func (ix *Index) Scans() uint64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.scans
+}

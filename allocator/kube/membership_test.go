@@ -478,7 +478,7 @@ var _ = Describe("replicas without configuration", func() {
 		// (The conflict count is in the message because this has failed on
 		// a loaded machine, 20-24 nodes, with its cause not yet found: a
 		// lone replica should see none.)
-		Expect(used).To(BeNumerically("<=", max(fewest+1, callers)), "exact Packed fills whole nodes: %d nodes for %d servers (%d conflicts)", used, fifth, res.conflict)
+		Expect(used).To(BeNumerically("<=", max(fewest+1, callers)), "exact Packed fills whole nodes: %d nodes for %d servers (%d conflicts, %d scans)", used, fifth, res.conflict, one.b.Index().Scans())
 		AddReportEntry(fmt.Sprintf("1 replica x %d callers, %d servers, exact Packed", callers, servers),
 			fmt.Sprintf("%d OK in %s (%.0f/s); packing %.2f (%d of %d nodes)", res.ok,
 				res.elapsed.Round(time.Millisecond), float64(res.ok)/res.elapsed.Seconds(), eff, used, nodes))
