@@ -331,20 +331,25 @@ func (r *runner) turn(ctx context.Context, tr *targetRun, w time.Duration, round
 // punctual but costs CPU. Arrivals go through arrive, which chooses
 // between a timer and a precise wait; the end of a turn needs no precision.
 func (r *runner) sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t) - r.opt.Spin
-	if d > 0 {
-		r.timer.Reset(d)
-		select {
-		case <-r.timer.C:
-		case <-ctx.Done():
-			r.timer.Stop()
-			return false
-		}
+	if d := time.Until(t) - r.opt.Spin; d > 0 && !r.wait(ctx, d) {
+		return false
 	}
 	for r.opt.Spin > 0 && time.Now().Before(t) {
 		runtime.Gosched()
 	}
 	return ctx.Err() == nil
+}
+
+// wait sleeps d on the runner's timer; false if ctx ended first.
+func (r *runner) wait(ctx context.Context, d time.Duration) bool {
+	r.timer.Reset(d)
+	select {
+	case <-r.timer.C:
+		return true
+	case <-ctx.Done():
+		r.timer.Stop()
+		return false
+	}
 }
 
 // arrive waits for an arrival due at t as prec plans it: on a timer,
@@ -357,15 +362,9 @@ func (r *runner) arrive(ctx context.Context, prec *precision, t time.Time) bool 
 	due := t.Sub(r.epoch)
 	timer, fine := prec.plan(time.Since(r.epoch), due)
 	if timer > 0 {
-		r.timer.Reset(timer)
-		select {
-		case <-r.timer.C:
-		case <-ctx.Done():
-			r.timer.Stop()
+		if !r.wait(ctx, timer) {
 			return false
 		}
-	}
-	if timer > 0 {
 		// A timer that wakes well past the arrival (not just its usual
 		// millisecond) means the generator was descheduled.
 		prec.woke(time.Since(r.epoch), due)
