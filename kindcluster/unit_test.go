@@ -239,6 +239,18 @@ func TestStopDirKillsOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(time.Second) })
+	// A real cluster's state file is written once its processes answer,
+	// long after their exec. Start returns as the child's exec releases
+	// the parent, before the kernel has set up the new argv: for a moment
+	// /proc/PID/cmdline is not /bin/sleep yet, and StopDir, seeing a
+	// stranger under the recorded pid, rightly leaves it alone (CI hit
+	// that window once). Wait until the child is what the state says.
+	for deadline := time.Now().Add(10 * time.Second); !cmdlineHas(p.Pid(), "sleep"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d did not become /bin/sleep", p.Pid())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	b, _ := json.Marshal(state{Name: "orphan", OwnerPID: os.Getpid(), APIServerPID: p.Pid(), APIServerPath: "/bin/sleep"})
 	if err := os.WriteFile(filepath.Join(dir, stateFile), b, 0o600); err != nil {
 		t.Fatal(err)
