@@ -93,7 +93,7 @@ type Index struct {
 	// counted is the annotation by whose values Allocated servers are
 	// filed ("": none), for CountAllocated and ListAllocated.
 	counted string
-	owned   map[string]map[*entry]struct{}
+	owned   map[string][]*entry // by counted value; entry.ownedAt is the position
 
 	// budget is how many servers one decision may examine (SetScanBudget);
 	// scan is what the current walk under the lock has left.
@@ -128,6 +128,9 @@ type entry struct {
 	node    *nodeInfo
 	removed bool // deleted from the index; a Result may still point here
 	held    bool
+	// ownedAt is 1 + the entry's position in its counted value's list in
+	// Index.owned, 0 when it is in none.
+	ownedAt int32
 	holdSeq uint64
 	in      []membership
 }
@@ -208,7 +211,10 @@ func NewIndex() *Index {
 func (ix *Index) SetCountedAnnotation(key string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.counted, ix.owned = key, map[string]map[*entry]struct{}{}
+	ix.counted, ix.owned = key, map[string][]*entry{}
+	for _, e := range ix.entries {
+		e.ownedAt = 0
+	}
 	for _, e := range ix.entries {
 		ix.tally(e, e.gs, true)
 	}
@@ -228,7 +234,7 @@ func (ix *Index) CountAllocated(value string) int {
 func (ix *Index) ListAllocated(value string) []*GameServer {
 	ix.mu.Lock()
 	out := make([]*GameServer, 0, len(ix.owned[value]))
-	for e := range ix.owned[value] {
+	for _, e := range ix.owned[value] {
 		out = append(out, e.gs)
 	}
 	ix.mu.Unlock()
@@ -236,7 +242,10 @@ func (ix *Index) ListAllocated(value string) []*GameServer {
 	return out
 }
 
-// tally files e (whose server is, or was, gs) under its counted value.
+// tally files e (whose server is, or was, gs) under its counted value. The
+// lists are unordered with positions kept in the entries: filing is an
+// append and unfiling a swap with the last, where a set of pointers (a map)
+// hashed and grew under every allocation.
 func (ix *Index) tally(e *entry, gs *GameServer, add bool) {
 	if ix.counted == "" || gs.State != StateAllocated {
 		return
@@ -245,19 +254,28 @@ func (ix *Index) tally(e *entry, gs *GameServer, add bool) {
 	if !ok {
 		return
 	}
-	set := ix.owned[v]
+	list := ix.owned[v]
 	if add {
-		if set == nil {
-			set = map[*entry]struct{}{}
-			ix.owned[v] = set
+		if e.ownedAt == 0 {
+			ix.owned[v] = append(list, e)
+			e.ownedAt = int32(len(list) + 1)
 		}
-		set[e] = struct{}{}
 		return
 	}
-	delete(set, e)
-	if len(set) == 0 {
-		delete(ix.owned, v)
+	i := int(e.ownedAt) - 1
+	if i < 0 || i >= len(list) || list[i] != e {
+		return
 	}
+	last := len(list) - 1
+	list[i] = list[last]
+	list[i].ownedAt = int32(i + 1)
+	list[last] = nil
+	e.ownedAt = 0
+	if last == 0 {
+		delete(ix.owned, v)
+		return
+	}
+	ix.owned[v] = list[:last]
 }
 
 // SetPackedSpread makes Packed allocations (without priorities) choose

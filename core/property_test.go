@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -18,6 +19,7 @@ var (
 	genFleets     = []string{"red", "green", "blue"}
 	genTiers      = []string{"gold", "silver"}
 	genPlayers    = []string{"p1", "p2", "p3", "p4"}
+	genOwner      = "example.com/owner"
 )
 
 func (g fleetGen) pick(xs []string) string { return xs[g.r.IntN(len(xs))] }
@@ -40,6 +42,9 @@ func (g fleetGen) server(ns string, i int, nodes int) *GameServer {
 	}
 	if r.IntN(5) > 0 {
 		gs.Labels[FleetLabel] = g.pick(genFleets)
+	}
+	if r.IntN(2) == 0 {
+		gs.Annotations = map[string]string{genOwner: g.pick(genPlayers)}
 	}
 	if r.IntN(2) == 0 {
 		gs.Labels["tier"] = g.pick(genTiers)
@@ -124,6 +129,9 @@ func (g fleetGen) request(distributed bool) *Request {
 	if r.IntN(4) == 0 {
 		req.Metadata.Labels = map[string]string{"tier": g.pick(genTiers)}
 	}
+	if r.IntN(2) == 0 {
+		req.Metadata.Annotations = map[string]string{genOwner: g.pick(genPlayers)}
+	}
 	n, err := Normalize(req)
 	if err != nil {
 		panic(err)
@@ -151,6 +159,29 @@ func TestIndexMatchesReference(t *testing.T) {
 	})
 }
 
+// checkOwners compares the index's per-owner lists of Allocated servers
+// with the reference's servers.
+func checkOwners(t *testing.T, fleet int, ix *Index, ref *naive) {
+	t.Helper()
+	want := map[string][]string{}
+	for _, gs := range ref.servers {
+		if v, ok := gs.Annotations[genOwner]; ok && gs.State == StateAllocated {
+			want[v] = append(want[v], gs.Namespace+"/"+gs.Name)
+		}
+	}
+	for _, p := range genPlayers {
+		var got []string
+		for _, gs := range ix.ListAllocated(p) {
+			got = append(got, gs.Namespace+"/"+gs.Name)
+		}
+		slices.Sort(want[p])
+		slices.Sort(got)
+		if !slices.Equal(got, want[p]) || ix.CountAllocated(p) != len(want[p]) {
+			t.Fatalf("fleet %d: %s holds %v (count %d), reference %v", fleet, p, got, ix.CountAllocated(p), want[p])
+		}
+	}
+}
+
 // forceScan makes every decision leave the walk under the lock at once and
 // scan in chunks of 3 servers, until the test ends.
 func forceScan(t *testing.T) {
@@ -167,6 +198,11 @@ func checkAgainstReference(t *testing.T, fleets int) {
 	for f := range fleets {
 		g := fleetGen{r: rand.New(rand.NewPCG(uint64(f), 7))}
 		ix, ref := NewIndex(), newNaive()
+		if f%2 == 0 {
+			// Half the fleets turn the owner lists on before the servers
+			// arrive, half after: both ways must file the same servers.
+			ix.SetCountedAnnotation(genOwner)
+		}
 		size := 1 + g.r.IntN(60)
 		nodes := 1 + g.r.IntN(8)
 		for i := range size {
@@ -215,6 +251,10 @@ func checkAgainstReference(t *testing.T, fleets int) {
 		if ix.Len() != len(ref.servers) {
 			t.Fatalf("fleet %d: index has %d servers, reference %d", f, ix.Len(), len(ref.servers))
 		}
+		if f%2 == 1 {
+			ix.SetCountedAnnotation(genOwner)
+		}
+		checkOwners(t, f, ix, ref)
 	}
 }
 

@@ -140,22 +140,40 @@ func probe(ctx context.Context, c Caller, d Dial) error {
 
 // grpcCaller sends over gRPC, round-robin over its connections.
 type grpcCaller struct {
-	call    string
-	conns   []*grpc.ClientConn
-	alloc   []allocation.AllocationServiceClient
-	health  []healthpb.HealthClient
-	admin   []qmv1.AllocationAdminClient
-	next    atomic.Uint64
-	req     *allocation.AllocationRequest
-	healthQ *healthpb.HealthCheckRequest
+	call  string
+	conns []*grpc.ClientConn
+	admin []qmv1.AllocationAdminClient
+	next  atomic.Uint64
+	req   *allocation.AllocationRequest
+	// The two requests in wire form (leanCodec).
+	allocQ, healthQ *encodedRequest
 }
+
+// leanCall sends a call through leanCodec (made once: a CallOption built per
+// call would be an allocation per call).
+var leanCall = []grpc.CallOption{grpc.ForceCodecV2(leanCodec{})}
+
+// Full method names of the calls sent through leanCodec.
+const (
+	allocateMethod = "/allocation.AllocationService/Allocate"
+	healthMethod   = "/grpc.health.v1.Health/Check"
+)
 
 func newGRPCCaller(d Dial) (*grpcCaller, error) {
 	creds := insecure.NewCredentials()
 	if d.TLS != nil {
 		creds = credentials.NewTLS(d.TLS)
 	}
-	g := &grpcCaller{call: d.Target.Call, req: d.Request, healthQ: &healthpb.HealthCheckRequest{}}
+	g := &grpcCaller{call: d.Target.Call, req: d.Request}
+	var err error
+	if g.healthQ, err = encodeRequest(&healthpb.HealthCheckRequest{}); err != nil {
+		return nil, err
+	}
+	if d.Request != nil {
+		if g.allocQ, err = encodeRequest(d.Request); err != nil {
+			return nil, fmt.Errorf("encode the request: %w", err)
+		}
+	}
 	for i := 0; i < d.Connections; i++ {
 		// Each connection needs its own ClientConn: grpc-go keeps one
 		// HTTP/2 connection per address per ClientConn.
@@ -165,8 +183,6 @@ func newGRPCCaller(d Dial) (*grpcCaller, error) {
 			return nil, err
 		}
 		g.conns = append(g.conns, conn)
-		g.alloc = append(g.alloc, allocation.NewAllocationServiceClient(conn))
-		g.health = append(g.health, healthpb.NewHealthClient(conn))
 		g.admin = append(g.admin, qmv1.NewAllocationAdminClient(conn))
 	}
 	return g, nil
@@ -175,17 +191,16 @@ func newGRPCCaller(d Dial) (*grpcCaller, error) {
 func (g *grpcCaller) pick() int { return int(g.next.Add(1) % uint64(len(g.conns))) }
 
 func (g *grpcCaller) Call(ctx context.Context) (codes.Code, *Session) {
-	i := g.pick()
+	conn := g.conns[g.pick()]
 	if g.call == "echo" {
-		_, err := g.health[i].Check(ctx, g.healthQ)
+		err := conn.Invoke(ctx, healthMethod, g.healthQ, &ignoredAnswer{}, leanCall...)
 		return status.Code(err), nil
 	}
-	resp, err := g.alloc[i].Allocate(ctx, g.req)
-	if err != nil {
+	var a allocAnswer
+	if err := conn.Invoke(ctx, allocateMethod, g.allocQ, &a, leanCall...); err != nil {
 		return status.Code(err), nil
 	}
-	ns := g.req.GetNamespace()
-	return codes.OK, &Session{Namespace: ns, Name: resp.GetGameServerName(), Source: resp.GetSource()}
+	return codes.OK, &Session{Namespace: g.req.GetNamespace(), Name: a.name, Source: a.source}
 }
 
 func (g *grpcCaller) Release(ctx context.Context, s *Session) error {

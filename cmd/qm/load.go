@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,7 @@ flags:
 
 // loadFlags are qm load's own flags (connection flags come from connFlags).
 type loadFlags struct {
+	cpuProfile                    string
 	targets, echoes               multiFlag
 	reference                     string
 	rate                          string
@@ -166,6 +168,19 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stderr, "qm load: --start-at %s was %s ago: starting now\n", plan.startAt.UTC().Format(time.RFC3339), (-wait).Round(time.Millisecond))
 		}
 	}
+	if f.cpuProfile != "" {
+		// The load generator's own CPU: on a shared machine it is half of
+		// what a throughput figure measures.
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+	}
 	res, err := loadgen.Run(ctx, plan.cfg, targets, plan.opt)
 	if err != nil {
 		return err
@@ -229,6 +244,7 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.StringVar(&f.stream, "stream", "", "the scenario's workload stream (needed when it has several)")
 	fs.DurationVar(&f.precise, "precise", loadgen.DefaultPrecise, "open loop: wait up to this long before each arrival with nanosleep instead of a Go timer (up to 1ms late), while on schedule and at most 2,500/s; 0: timers only")
 	fs.DurationVar(&f.spin, "spin", 0, "open loop: wait the last stretch before each arrival in a busy loop (like 1ms): punctual sends for most of a core of CPU")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write qm load's own CPU profile to this file (for go tool pprof)")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
 	fs.StringVar(&f.startAt, "start-at", "", "wait, once connected, until this time (RFC 3339, like 2026-11-22T20:00:00Z) to start: generators of one load begin together")
 	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
