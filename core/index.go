@@ -132,7 +132,12 @@ type entry struct {
 	// Index.owned, 0 when it is in none.
 	ownedAt int32
 	holdSeq uint64
-	in      []membership
+	// in is the groups the entry is in; it starts in inline, which holds
+	// the usual one or two (fleet, a selected label) without an object of
+	// its own: one less for the GC to mark per server, and a swap in
+	// leave finds the moved entry's membership next to the entry itself.
+	in     []membership
+	inline [2]membership
 }
 
 type membership struct {
@@ -531,6 +536,7 @@ func (ix *Index) upsert(gs *GameServer) {
 	e := ix.entries[k]
 	if e == nil {
 		e = &entry{hash: nameHash(gs.Name)}
+		e.in = e.inline[:0]
 		ix.entries[k] = e
 		ix.nsCount[k.Namespace]++
 		ix.place(e, gs, true)
@@ -662,6 +668,9 @@ func (gn *groupNode) markDirty() {
 // rarely holds more than a few dozen servers) are scanned for the pointer,
 // which touches one contiguous slice; long ones are searched by name.
 func (gn *groupNode) find(e *entry) int {
+	if len(gn.members) > 0 && gn.members[0].e == e {
+		return 0 // Packed takes a node's first member
+	}
 	if len(gn.members) <= 64 {
 		for i := range gn.members {
 			if gn.members[i].e == e {
