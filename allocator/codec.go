@@ -75,7 +75,7 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	b := buf.ReadOnlyData()
-	d.req, d.err = wire.DecodeRequest(b)
+	d.req, d.err = wire.DecodeRequestInto(b, d.sel[:0])
 	if errors.Is(d.err, wire.ErrMalformed) {
 		return d.err
 	}
@@ -96,6 +96,7 @@ const minPooled = 1<<10 + 1
 // multi-cluster one.
 type decodedRequest struct {
 	req core.Request
+	sel [1]core.Selector // req.Selectors' storage for the usual one
 	err error
 	in  *allocation.AllocationRequest
 	g   *grpcAllocation // the service it is for (see serveDecoded)

@@ -818,7 +818,14 @@ func (ix *Index) join(e *entry, g *group) {
 		}
 	}
 	name := e.gs.Name
-	i := sort.Search(len(gn.members), func(i int) bool { return gn.members[i].name >= name })
+	// Packed allocates a node's servers in name order, so an Allocated
+	// group's node usually gains a name after all it has: check the last
+	// first. A binary search compares with names stored elsewhere in
+	// memory, a cache miss each on a large fleet.
+	i := len(gn.members)
+	if i > 0 && gn.members[i-1].name >= name {
+		i = sort.Search(i, func(i int) bool { return gn.members[i].name >= name })
+	}
 	gn.members = append(gn.members, member{})
 	copy(gn.members[i+1:], gn.members[i:])
 	gn.members[i] = member{name: name, e: e}

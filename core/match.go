@@ -83,6 +83,12 @@ type listTest struct {
 
 func compileSelector(s *Selector) *compiledSelector {
 	c := &compiledSelector{}
+	compileInto(c, s)
+	return c
+}
+
+// compileInto fills c, which must be zero, with s compiled.
+func compileInto(c *compiledSelector, s *Selector) {
 	// A selector rarely names more than a couple of labels: those live in
 	// the compiled selector itself, one allocation for both.
 	c.labels = sortedPairs(c.few[:0], s.MatchLabels)
@@ -96,7 +102,6 @@ func compileSelector(s *Selector) *compiledSelector {
 		c.lists = append(c.lists, listTest{k, v})
 	}
 	slices.SortFunc(c.lists, func(a, b listTest) int { return strings.Compare(a.key, b.key) })
-	return c
 }
 
 // sortedPairs appends m's entries to dst, sorted by key.

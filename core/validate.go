@@ -72,7 +72,10 @@ func Normalize(r *Request) (*Request, error) {
 		v.add("request", "is missing")
 		return nil, v.err()
 	}
-	n := *r
+	// The usual request has one selector: the copy, that selector and its
+	// compiled form come in one allocation instead of three.
+	one := &normalized{req: *r}
+	n := &one.req
 	if n.Namespace == "" {
 		n.Namespace = DefaultNamespace
 	} else if reason := checkDNSLabel(n.Namespace); reason != "" {
@@ -111,21 +114,32 @@ func Normalize(r *Request) (*Request, error) {
 		return nil, v.err()
 	}
 
+	// into is where the first selector's compiled form goes (the others
+	// get their own).
+	into := &one.compiled
 	if len(r.Selectors) > 0 {
-		n.Selectors = make([]Selector, len(r.Selectors))
+		n.Selectors = one.sel[:]
+		if len(r.Selectors) > 1 {
+			n.Selectors = make([]Selector, len(r.Selectors))
+		}
 		for i, s := range r.Selectors {
-			n.Selectors[i] = validateSelector(v, func() string { return "gameServerSelectors[" + strconv.Itoa(i) + "]" }, s)
+			n.Selectors[i] = validateSelector(v, func() string { return "gameServerSelectors[" + strconv.Itoa(i) + "]" }, s, into)
+			into = nil
 		}
 	} else {
-		n.Selectors = make([]Selector, 0, len(r.Preferred)+1)
+		n.Selectors = one.sel[:0]
+		if len(r.Preferred) > 0 {
+			n.Selectors = make([]Selector, 0, len(r.Preferred)+1)
+		}
 		for i, s := range r.Preferred {
-			n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "preferredGameServerSelectors[" + strconv.Itoa(i) + "]" }, s))
+			n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "preferredGameServerSelectors[" + strconv.Itoa(i) + "]" }, s, into))
+			into = nil
 		}
 		var req Selector
 		if r.Required != nil {
 			req = *r.Required
 		}
-		n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "requiredGameServerSelector" }, req))
+		n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "requiredGameServerSelector" }, req, into))
 	}
 	n.Required, n.Preferred = nil, nil
 
@@ -200,13 +214,13 @@ func Normalize(r *Request) (*Request, error) {
 	if err := v.err(); err != nil {
 		return nil, err
 	}
-	return &n, nil
+	return n, nil
 }
 
 // validateSelector checks s and returns it with defaults and its compiled
 // form. name gives the selector's field name; it is called only to report
 // an error, so that a valid selector costs no strings.
-func validateSelector(v *validator, name func() string, s Selector) Selector {
+func validateSelector(v *validator, name func() string, s Selector, into *compiledSelector) Selector {
 	terms := []struct {
 		field string
 		n     int
@@ -284,8 +298,19 @@ func validateSelector(v *validator, name func() string, s Selector) Selector {
 		}
 		checkRange(v, lf, "Available", l.MinAvailable, l.MaxAvailable)
 	}
-	s.compiled = compileSelector(&s)
+	if into == nil {
+		into = new(compiledSelector)
+	}
+	compileInto(into, &s)
+	s.compiled = into
 	return s
+}
+
+// normalized is Normalize's result with room for one selector.
+type normalized struct {
+	req      Request
+	sel      [1]Selector
+	compiled compiledSelector
 }
 
 // checkRange validates a min/max pair where a max of 0 means "no limit".

@@ -63,8 +63,14 @@ const (
 // well-formed request that RequestToCore rejects gives its
 // *core.InvalidRequestError, with only Namespace set in the Request (for
 // the caller's metrics).
-func DecodeRequest(b []byte) (core.Request, error) {
+func DecodeRequest(b []byte) (core.Request, error) { return DecodeRequestInto(b, nil) }
+
+// DecodeRequestInto is DecodeRequest that puts the selectors in sel's
+// storage (from its length on) while they fit: a caller that keeps room for
+// one selector beside the request saves an allocation per request.
+func DecodeRequestInto(b []byte, sel []core.Selector) (core.Request, error) {
 	var d reqDecoder
+	d.out.Selectors = sel[len(sel):]
 	if err := d.request(b); err != nil {
 		return core.Request{}, err
 	}
