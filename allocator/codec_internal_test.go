@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/core"
@@ -170,4 +172,58 @@ func allocsPerCall(runs int, f func()) float64 {
 	}
 	runtime.ReadMemStats(&after)
 	return float64(after.Mallocs-before.Mallocs) / float64(runs)
+}
+
+// TestPooledRequestsDoNotLeak sends requests through allocateDirect one
+// after another, so that each reuses the decodedRequest the one before gave
+// back: a later request without selectors or metadata must not inherit the
+// earlier one's.
+func TestPooledRequestsDoNotLeak(t *testing.T) {
+	ix := core.NewIndex()
+	for _, mode := range []string{"a", "b"} {
+		ix.Upsert(&core.GameServer{Namespace: "default", Name: "gs-" + mode, NodeName: "node-1", State: core.StateReady,
+			Labels: map[string]string{"mode": mode}, Address: "10.0.0.1"})
+	}
+	svc, err := NewService(Options{Backend: indexBackend{ix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsSrv, err := mtls.NewServer(mtls.ServerOptions{Mode: mtls.ModeInsecureDisableTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &grpcAllocation{svc: svc, tls: tlsSrv}
+	c := newCodec()
+	send := func(req *allocation.AllocationRequest) *core.GameServer {
+		t.Helper()
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := func(v any) error { return c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v) }
+		out, err := allocateDirect(g, context.Background(), dec, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", req, err)
+		}
+		return out.(*localAnswer).gs
+	}
+	for range 20 { // sync.Pool may drop what it is given: try a few times
+		first := send(&allocation.AllocationRequest{
+			GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "a"}}},
+			Metadata:            &allocation.MetaPatch{Labels: map[string]string{"match": "first"}},
+		})
+		second := send(&allocation.AllocationRequest{})
+		if first.Name != "gs-a" || second.Name != "gs-b" {
+			t.Fatalf("allocated %s then %s, want gs-a then gs-b", first.Name, second.Name)
+		}
+		if _, ok := second.Labels["match"]; ok {
+			t.Fatalf("the second request's server got the first's metadata: %v", second.Labels)
+		}
+		for _, gs := range []*core.GameServer{first, second} {
+			ready := *gs
+			ready.State = core.StateReady
+			ready.Labels = map[string]string{"mode": strings.TrimPrefix(gs.Name, "gs-")}
+			ix.Upsert(&ready)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -45,20 +46,16 @@ func registerGRPCDirect(s *grpc.Server, svc *Service, t *mtls.Server) {
 // per request.
 func allocateDirect(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	g := srv.(*grpcAllocation)
-	var in any
-	var call grpc.UnaryHandler
-	if g.svc.tracer.Load() != nil {
-		in = new(allocation.AllocationRequest)
-		call = func(ctx context.Context, req any) (any, error) {
-			id, err := identify(g.tls, ctx)
-			if err != nil {
-				return nil, err
-			}
-			return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
+	if g.svc.tracer.Load() == nil {
+		return serveFromPool(ctx, g, dec, interceptor)
+	}
+	in := new(allocation.AllocationRequest)
+	call := func(ctx context.Context, req any) (any, error) {
+		id, err := identify(g.tls, ctx)
+		if err != nil {
+			return nil, err
 		}
-	} else {
-		in = &decodedRequest{g: g}
-		call = serveDecoded
+		return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
 	}
 	if err := dec(in); err != nil {
 		return nil, err
@@ -67,6 +64,35 @@ func allocateDirect(srv any, ctx context.Context, dec func(any) error, intercept
 		return call(ctx, in)
 	}
 	return interceptor(ctx, in, g.info, call)
+}
+
+// decodedPool keeps decodedRequests between calls: one is a few hundred
+// bytes, about a tenth of what an allocation leaves to the collector.
+var decodedPool = sync.Pool{New: func() any { return new(decodedRequest) }}
+
+// serveFromPool is allocateDirect for a request decoded into a pooled
+// decodedRequest. It goes back to the pool once its handler has returned,
+// unless it is a multi-cluster request: forwarding keeps the request as
+// sent (d.in). Nothing else keeps it: Normalize copies what the core holds
+// on to, and the answer is the allocated server's own. Only the struct is
+// reused; the maps it held are dropped with it.
+func serveFromPool(ctx context.Context, g *grpcAllocation, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	d := decodedPool.Get().(*decodedRequest)
+	d.g = g
+	var out any
+	err := dec(d)
+	if err == nil {
+		if interceptor == nil {
+			out, err = serveDecoded(ctx, d)
+		} else {
+			out, err = interceptor(ctx, d, g.info, serveDecoded)
+		}
+	}
+	if d.in == nil {
+		*d = decodedRequest{}
+		decodedPool.Put(d)
+	}
+	return out, err
 }
 
 // serveDecoded is allocateDirect's handler for a *decodedRequest.
