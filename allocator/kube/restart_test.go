@@ -64,6 +64,8 @@ var _ = Describe("an API server restart during allocation load", func() {
 			successes []success
 			failures  atomic.Int64
 			afterUp   atomic.Int64
+			exited    atomic.Int64 // workers that saw the fleet used up
+			lastErr   atomic.Value // the newest failure's text, for the failure message
 			restarted atomic.Bool
 			stop      = make(chan struct{})
 			wg        sync.WaitGroup
@@ -86,7 +88,9 @@ var _ = Describe("an API server restart during allocation load", func() {
 					ccancel()
 					if err != nil {
 						failures.Add(1)
+						lastErr.Store(fmt.Sprintf("%T: %v", err, err))
 						if errors.Is(err, core.ErrNoMatch) && restarted.Load() {
+							exited.Add(1)
 							return // the fleet is used up
 						}
 						time.Sleep(20 * time.Millisecond) // do not spin while the server is away
@@ -111,7 +115,14 @@ var _ = Describe("an API server restart during allocation load", func() {
 		Expect(rc.StartAPIServer(ctx)).To(Succeed())
 		restarted.Store(true)
 		// Allocation resumes through the same backends.
-		Eventually(afterUp.Load, 90*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 100), "allocations after the restart")
+		Eventually(afterUp.Load, 90*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 100), func() string {
+			// What the workers were doing, for a failure that only says
+			// how far allocation got.
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Sprintf("allocations after the restart (%d before the outage, %d in all of %d servers; %d failed attempts, the last %v; %d of %d workers stopped on no match)",
+				before, len(successes), servers, failures.Load(), lastErr.Load(), exited.Load(), workers)
+		})
 		close(stop)
 		wg.Wait()
 		GinkgoWriter.Printf("allocations: %d before the outage, %d in all, %d after the restart; %d failed attempts\n",
