@@ -218,9 +218,7 @@ func (ix *Index) SetCountedAnnotation(key string) {
 	defer ix.mu.Unlock()
 	ix.counted, ix.owned = key, map[string][]*entry{}
 	for _, e := range ix.entries {
-		e.ownedAt = 0
-	}
-	for _, e := range ix.entries {
+		e.ownedAt = 0 // filed afresh: positions in the old lists mean nothing
 		ix.tally(e, e.gs, true)
 	}
 }

@@ -144,7 +144,7 @@ type grpcCaller struct {
 	conns []*grpc.ClientConn
 	admin []qmv1.AllocationAdminClient
 	next  atomic.Uint64
-	req   *allocation.AllocationRequest
+	ns    string // the allocation request's namespace, for sessions
 	// The two requests in wire form (leanCodec).
 	allocQ, healthQ *encodedRequest
 }
@@ -153,18 +153,12 @@ type grpcCaller struct {
 // call would be an allocation per call).
 var leanCall = []grpc.CallOption{grpc.ForceCodecV2(leanCodec{})}
 
-// Full method names of the calls sent through leanCodec.
-const (
-	allocateMethod = "/allocation.AllocationService/Allocate"
-	healthMethod   = "/grpc.health.v1.Health/Check"
-)
-
 func newGRPCCaller(d Dial) (*grpcCaller, error) {
 	creds := insecure.NewCredentials()
 	if d.TLS != nil {
 		creds = credentials.NewTLS(d.TLS)
 	}
-	g := &grpcCaller{call: d.Target.Call, req: d.Request}
+	g := &grpcCaller{call: d.Target.Call, ns: d.Request.GetNamespace()}
 	var err error
 	if g.healthQ, err = encodeRequest(&healthpb.HealthCheckRequest{}); err != nil {
 		return nil, err
@@ -193,14 +187,14 @@ func (g *grpcCaller) pick() int { return int(g.next.Add(1) % uint64(len(g.conns)
 func (g *grpcCaller) Call(ctx context.Context) (codes.Code, *Session) {
 	conn := g.conns[g.pick()]
 	if g.call == "echo" {
-		err := conn.Invoke(ctx, healthMethod, g.healthQ, &ignoredAnswer{}, leanCall...)
+		err := conn.Invoke(ctx, healthpb.Health_Check_FullMethodName, g.healthQ, &ignoredAnswer{}, leanCall...)
 		return status.Code(err), nil
 	}
 	var a allocAnswer
-	if err := conn.Invoke(ctx, allocateMethod, g.allocQ, &a, leanCall...); err != nil {
+	if err := conn.Invoke(ctx, allocation.AllocationService_Allocate_FullMethodName, g.allocQ, &a, leanCall...); err != nil {
 		return status.Code(err), nil
 	}
-	return codes.OK, &Session{Namespace: g.req.GetNamespace(), Name: a.name, Source: a.source}
+	return codes.OK, &Session{Namespace: g.ns, Name: a.name, Source: a.source}
 }
 
 func (g *grpcCaller) Release(ctx context.Context, s *Session) error {

@@ -55,8 +55,9 @@ func Build(files []string, baselineDir string) (*Report, error) {
 }
 
 // WriteFiles writes the page, the Markdown summary and the comparison
-// (HTMLFile, MarkdownFile, JSONFile) into dir, creating it. Each file is written whole or not at all (a temporary file
-// renamed), so a reader never sees half a page.
+// (HTMLFile, MarkdownFile, JSONFile) into dir, creating it. Each file is
+// written whole or not at all (a temporary file renamed), so a reader
+// never sees half a page.
 func (r *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
