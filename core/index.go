@@ -21,7 +21,11 @@ var ErrNoMatch = errors.New("no game server matches the request")
 // below), so a single index sustains hundreds of thousands of decisions per
 // second. Allocate atomically chooses a server and places a hold on it: until
 // Commit or Abort, the held server is invisible to every other allocation, so
-// two concurrent allocations never receive the same server. A backend that
+// two concurrent allocations never receive the same server. For Packed order
+// a held Ready server counts as Allocated on its node already: the writes in
+// flight then fill the fullest node together, where counting them as Ready
+// would send each concurrent allocation to another node's first server (and
+// leave every one of those nodes part-filled). A backend that
 // commits elsewhere (an API server) calls Commit once the write is confirmed
 // and Abort when it is not (for example on a conflict, after Upsert-ing the
 // fresh state); the next Allocate then chooses among the others.
@@ -128,6 +132,9 @@ type entry struct {
 	node    *nodeInfo
 	removed bool // deleted from the index; a Result may still point here
 	held    bool
+	// pending says the entry is held in state Ready and so counted as
+	// Allocated on its node (see the concurrency contract).
+	pending bool
 	// ownedAt is 1 + the entry's position in its counted value's list in
 	// Index.owned, 0 when it is in none.
 	ownedAt int32
@@ -400,6 +407,7 @@ func (ix *Index) Remove(k Key) bool {
 		return false
 	}
 	ix.unlink(e)
+	ix.clearPending(e)
 	ix.count(e.node, e.gs.State, -1)
 	ix.tally(e, e.gs, false)
 	ix.countNames(e.gs, -1)
@@ -471,6 +479,7 @@ func (ix *Index) Abort(res *Result) {
 		return
 	}
 	e.held = false
+	ix.clearPending(e)
 	ix.link(e)
 }
 
@@ -481,6 +490,7 @@ func (ix *Index) commit(res *Result, committed *GameServer) {
 	}
 	e.held = false
 	if committed.Namespace != e.gs.Namespace || committed.Name != e.gs.Name {
+		ix.clearPending(e)
 		ix.upsert(committed) // not the same server: treat as any update
 		return
 	}
@@ -522,6 +532,8 @@ func (ix *Index) allocate(ctx context.Context, req *Request, now time.Time, seed
 		}
 		if commit {
 			ix.commit(res, res.GameServer)
+		} else {
+			ix.markPending(e)
 		}
 		ix.mu.Unlock()
 		return res, nil
@@ -546,6 +558,7 @@ func (ix *Index) upsert(gs *GameServer) {
 // update replaces the server of an existing entry.
 func (ix *Index) update(e *entry, gs *GameServer) {
 	ix.unlink(e)
+	ix.clearPending(e)
 	ix.count(e.node, e.gs.State, -1)
 	ix.tally(e, e.gs, false)
 	// Most updates (an allocation, a counter moving) keep the same label,
@@ -560,6 +573,33 @@ func (ix *Index) update(e *entry, gs *GameServer) {
 		e.node = nil
 	}
 	ix.place(e, gs, renamed)
+	if e.held {
+		ix.markPending(e)
+	}
+}
+
+// markPending counts a held Ready server as Allocated on its node, for
+// Packed order, until clearPending.
+func (ix *Index) markPending(e *entry) {
+	if e.pending || e.gs.State != StateReady {
+		return
+	}
+	e.pending = true
+	e.node.ready--
+	e.node.allocated++
+	e.node.markDirty()
+}
+
+// clearPending undoes markPending; it must run before the entry's state
+// or node changes, so the counts move back where they were added.
+func (ix *Index) clearPending(e *entry) {
+	if !e.pending {
+		return
+	}
+	e.pending = false
+	e.node.allocated--
+	e.node.ready++
+	e.node.markDirty()
 }
 
 // place stores gs in e and files it by node, state and groups; countNames
@@ -650,6 +690,11 @@ func (ix *Index) count(n *nodeInfo, st State, delta int) {
 	default:
 		return
 	}
+	n.markDirty()
+}
+
+// markDirty marks the node for re-sorting in every ordered group it is in.
+func (n *nodeInfo) markDirty() {
 	for _, gn := range n.gns {
 		gn.markDirty()
 	}

@@ -211,25 +211,45 @@ func checkAgainstReference(t *testing.T, fleets int) {
 			ix.Upsert(gs)
 			ref.upsert(gs)
 		}
+		// Holds kept across steps, as a backend's writes in flight: the
+		// reference counts them Allocated on their nodes too.
+		type kept struct {
+			res  *Result
+			hold int
+		}
+		var holds []kept
+		// same fails unless the index chose what the reference did.
+		same := func(step int, req *Request, want *GameServer, res *Result, err error) bool {
+			t.Helper()
+			if want == nil {
+				if err != ErrNoMatch {
+					t.Fatalf("fleet %d step %d: reference found nothing, index gave %v, %v", f, step, res, err)
+				}
+				return false
+			}
+			if err != nil {
+				t.Fatalf("fleet %d step %d: reference chose %s, index failed: %v\nrequest: %+v", f, step, want.Name, err, req)
+			}
+			if res.GameServer.Key() != want.Key() {
+				t.Fatalf("fleet %d step %d: reference chose %s/%s, index chose %s/%s\nrequest: %+v",
+					f, step, want.Namespace, want.Name, res.GameServer.Namespace, res.GameServer.Name, req)
+			}
+			return true
+		}
 		for step := range 40 {
-			switch op := g.r.IntN(10); {
+			switch op := g.r.IntN(13); {
 			case op < 6:
 				req := g.request(g.r.IntN(3) == 0)
 				want := ref.allocate(req, now)
 				res, err := ix.AllocateAndCommit(req, now, uint64(step))
-				if want == nil {
-					if err != ErrNoMatch {
-						t.Fatalf("fleet %d step %d: reference found nothing, index gave %v, %v", f, step, res, err)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("fleet %d step %d: reference chose %s, index failed: %v\nrequest: %+v", f, step, want.Name, err, req)
-				}
-				if res.GameServer.Key() != want.Key() {
-					t.Fatalf("fleet %d step %d: reference chose %s/%s, index chose %s/%s\nrequest: %+v",
-						f, step, want.Namespace, want.Name, res.GameServer.Namespace, res.GameServer.Name, req)
-				}
+				same(step, req, want, res, err)
+			case op < 8 && len(holds) > 0 && g.r.IntN(4) == 0:
+				// An update of a held server: it stays held.
+				h := holds[g.r.IntN(len(holds))]
+				gs := g.server(h.res.Previous.Namespace, 0, nodes)
+				gs.Name = h.res.Previous.Name
+				ix.Upsert(gs)
+				ref.upsert(gs)
 			case op < 8:
 				gs := g.server(genNamespaces[g.r.IntN(2)], g.r.IntN(size+5), nodes)
 				ix.Upsert(gs)
@@ -240,13 +260,42 @@ func checkAgainstReference(t *testing.T, fleets int) {
 					t.Fatalf("Remove(%v) = %v, want %v", k, got, want)
 				}
 				ref.remove(k)
-			default:
+			case op < 10:
 				// A hold that is aborted leaves no trace.
 				req := g.request(false)
 				if res, err := ix.Allocate(req, now, 1); err == nil {
 					ix.Abort(res)
 				}
+			case op < 12:
+				req := g.request(g.r.IntN(3) == 0)
+				var want *GameServer
+				if cands, _ := ref.candidates(req); len(cands) > 0 {
+					want = Apply(cands[0], req, now)
+				}
+				res, err := ix.Allocate(req, now, uint64(step))
+				if same(step, req, want, res, err) {
+					holds = append(holds, kept{res, ref.hold(want.Key())})
+				}
+			default:
+				// A write in flight ends: confirmed or refused.
+				if len(holds) == 0 {
+					continue
+				}
+				i := g.r.IntN(len(holds))
+				h := holds[i]
+				holds = slices.Delete(holds, i, i+1)
+				if g.r.IntN(3) == 0 {
+					ix.Abort(h.res)
+					ref.abort(h.res.GameServer.Key(), h.hold)
+				} else {
+					ix.Commit(h.res, nil)
+					ref.commit(h.res.GameServer.Key(), h.hold, h.res.GameServer)
+				}
 			}
+		}
+		for _, h := range holds {
+			ix.Abort(h.res)
+			ref.abort(h.res.GameServer.Key(), h.hold)
 		}
 		if ix.Len() != len(ref.servers) {
 			t.Fatalf("fleet %d: index has %d servers, reference %d", f, ix.Len(), len(ref.servers))

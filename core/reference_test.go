@@ -10,12 +10,41 @@ import (
 // candidates of each selector in the documented order and takes the first.
 type naive struct {
 	servers map[Key]*GameServer
+	// held are the servers under a hold, by hold number: no candidates,
+	// and counted as Allocated on their node while Ready.
+	held  map[Key]int
+	holds int
 }
 
-func newNaive() *naive { return &naive{servers: map[Key]*GameServer{}} }
+func newNaive() *naive { return &naive{servers: map[Key]*GameServer{}, held: map[Key]int{}} }
 
 func (n *naive) upsert(gs *GameServer) { n.servers[gs.Key()] = gs }
-func (n *naive) remove(k Key)          { delete(n.servers, k) }
+func (n *naive) remove(k Key) {
+	delete(n.servers, k)
+	delete(n.held, k)
+}
+
+// hold takes k out of the running and returns the hold's number.
+func (n *naive) hold(k Key) int {
+	n.holds++
+	n.held[k] = n.holds
+	return n.holds
+}
+
+// commit stores gs if hold is still k's hold (not ended, k not removed);
+// abort just ends it.
+func (n *naive) commit(k Key, hold int, gs *GameServer) {
+	if n.held[k] == hold {
+		delete(n.held, k)
+		n.upsert(gs)
+	}
+}
+
+func (n *naive) abort(k Key, hold int) {
+	if n.held[k] == hold {
+		delete(n.held, k)
+	}
+}
 
 type nodeCount struct{ ready, allocated int }
 
@@ -26,10 +55,12 @@ func (n *naive) candidates(req *Request) ([]*GameServer, int) {
 	counts := map[string]nodeCount{}
 	for _, gs := range n.servers {
 		c := counts[gs.NodeName]
-		switch gs.State {
-		case StateReady:
+		switch {
+		case gs.State == StateReady && n.held[gs.Key()] != 0:
+			c.allocated++
+		case gs.State == StateReady:
 			c.ready++
-		case StateAllocated:
+		case gs.State == StateAllocated:
 			c.allocated++
 		}
 		counts[gs.NodeName] = c
@@ -38,7 +69,7 @@ func (n *naive) candidates(req *Request) ([]*GameServer, int) {
 		sel := &req.Selectors[i]
 		var cands []*GameServer
 		for _, gs := range n.servers {
-			if gs.Namespace == req.Namespace && sel.Matches(gs) {
+			if gs.Namespace == req.Namespace && n.held[gs.Key()] == 0 && sel.Matches(gs) {
 				cands = append(cands, gs)
 			}
 		}
