@@ -144,19 +144,20 @@ func TestServiceAllocationAllocations(t *testing.T) {
 	n := allocsPerCall(1000, serve)
 	g := allocsPerCall(1000, generated)
 	t.Logf("%.2f heap allocations per allocation (through the generated decoder: %.2f)", n, g)
-	// Under 17 on average, as testing.AllocsPerRun's "at most 16" (it
-	// rounds down). Under the race detector sync.Pool drops one Put in four
+	// Under 14 on average, as testing.AllocsPerRun's "at most 13" (it
+	// rounds down; 16 before the last-allocated stamp left the annotation
+	// map, and the owner's map came to be shared). Under the race detector sync.Pool drops one Put in four
 	// at random, so the answer's pooled buffer (its array and the *[]byte,
 	// 2) and gRPC's buffer object holding it (1) are allocated afresh a
 	// quarter of the time: 0.75 more per call on average (then 19.2 became
 	// about 19.95 against a limit of 20), which made this fail about one run in seven with
 	// -race. An allocation more per call still fails either way.
-	limit := 17.0
+	limit := 14.0
 	if raceEnabled {
 		limit += 0.75
 	}
 	if n >= limit {
-		t.Fatalf("%.2f heap allocations per allocation, want under %.2f (at most 16 without -race)", n, limit)
+		t.Fatalf("%.2f heap allocations per allocation, want under %.2f (at most 13 without -race)", n, limit)
 	}
 }
 

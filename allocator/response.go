@@ -8,17 +8,17 @@ import (
 )
 
 // responseFor is wire.ResponseFromCore for the request path: the same
-// message, built with fewer allocations. The label and annotation maps are
-// shared with gs instead of copied: GameServers are immutable once in the
-// core, and the response is only read (marshalled) after the handler
-// returns. TestResponseForMatchesWire keeps the two equal.
+// message, built with fewer allocations. The label map (and the annotation
+// map, when there is no stamp to add to it) is shared with gs instead of
+// copied: GameServers are immutable once in the core, and the response is
+// only read (marshalled) after the handler returns. TestResponseForMatchesWire keeps the two equal.
 func responseFor(gs *core.GameServer, source string) *allocation.AllocationResponse {
 	// One allocation for the message, its metadata and (for the usual few)
 	// its ports and addresses.
 	buf := new(responseBuf)
 	out := &buf.resp
 	out.GameServerName, out.Address, out.NodeName, out.Source = gs.Name, gs.Address, gs.NodeName, source
-	buf.meta.Labels, buf.meta.Annotations = nilIfEmpty(gs.Labels), nilIfEmpty(gs.Annotations)
+	buf.meta.Labels, buf.meta.Annotations = nilIfEmpty(gs.Labels), nilIfEmpty(gs.AllAnnotations())
 	out.Metadata = &buf.meta
 	if n := len(gs.Ports); n > 0 {
 		ports, ptrs := buf.ports[:0], buf.portPtrs[:0]

@@ -508,7 +508,7 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	if !forward.ReleasedFor(ctx, gs) {
 		return nil, notYours
 	}
-	stamp := gs.Annotations[core.LastAllocatedAnnotation]
+	stamp := gs.LastAllocated()
 	at, _ := wire.AllocatedAt(gs)
 	_, err = s.backend.Release(ctx, key, stamp)
 	switch {

@@ -4,10 +4,13 @@ import "time"
 
 // Apply returns the server as an allocation by req leaves it: state
 // Allocated, the request's labels and annotations merged in,
-// agones.dev/last-allocated set to now (RFC 3339, nanoseconds, UTC), and the
+// agones.dev/last-allocated set to now (AllocatedAt; the annotation reads
+// RFC 3339, nanoseconds, UTC), and the
 // counter and list actions carried out. gs is not modified; parts of gs the
 // request does not change are shared with the result, which is safe because
-// GameServers are immutable once handed to the core.
+// GameServers are immutable once handed to the core, and so may the
+// request's metadata annotations be (a normalized Request must not be
+// modified either).
 //
 // Counter actions set the capacity first (clamping the count to it), then
 // increment or decrement, clamped to [0, capacity]. List actions set the
@@ -29,14 +32,25 @@ func Apply(gs *GameServer, req *Request, now time.Time) *GameServer {
 		}
 	}
 
-	out.Annotations = make(map[string]string, len(gs.Annotations)+len(req.Metadata.Annotations)+1)
-	for k, v := range gs.Annotations {
-		out.Annotations[k] = v
+	// The stamp is AllocatedAt, not an entry in a map of its own: without
+	// annotations from the request the server keeps sharing its map, and a
+	// server without annotations shares the request's (the service's
+	// owner annotation comes in one map per identity).
+	switch {
+	case len(req.Metadata.Annotations) == 0:
+	case len(gs.Annotations) == 0:
+		out.Annotations = req.Metadata.Annotations
+	default:
+		out.Annotations = make(map[string]string, len(gs.Annotations)+len(req.Metadata.Annotations))
+		for k, v := range gs.Annotations {
+			out.Annotations[k] = v
+		}
+		for k, v := range req.Metadata.Annotations {
+			out.Annotations[k] = v
+		}
+		delete(out.Annotations, LastAllocatedAnnotation)
 	}
-	for k, v := range req.Metadata.Annotations {
-		out.Annotations[k] = v
-	}
-	out.Annotations[LastAllocatedAnnotation] = now.UTC().Format(time.RFC3339Nano)
+	out.AllocatedAt = now.UnixNano()
 
 	if len(req.Counters) > 0 && len(gs.Counters) > 0 {
 		out.Counters = make(map[string]Counter, len(gs.Counters))

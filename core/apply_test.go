@@ -92,8 +92,14 @@ func TestApplyMetadataStateAndSharing(t *testing.T) {
 		t.Fatalf("labels = %v", out.Labels)
 	}
 	wantAnn := map[string]string{"a": "1", "map": "garden22", LastAllocatedAnnotation: "2026-11-22T09:30:00.123456789Z"}
-	if !reflect.DeepEqual(out.Annotations, wantAnn) {
-		t.Fatalf("annotations = %v", out.Annotations)
+	if got := out.AllAnnotations(); !reflect.DeepEqual(got, wantAnn) {
+		t.Fatalf("annotations = %v", got)
+	}
+	if v, ok := out.Annotation(LastAllocatedAnnotation); !ok || v != wantAnn[LastAllocatedAnnotation] || out.LastAllocated() != v {
+		t.Fatalf("last-allocated = %q, %v; LastAllocated() = %q", v, ok, out.LastAllocated())
+	}
+	if _, ok := out.Annotations[LastAllocatedAnnotation]; ok {
+		t.Fatal("the stamp is AllocatedAt, not a map entry")
 	}
 	if _, ok := out.Counters["missing"]; ok {
 		t.Fatal("an action on a missing counter must not create it")
@@ -106,5 +112,37 @@ func TestApplyMetadataStateAndSharing(t *testing.T) {
 	}
 	if &out.Ports[0] != &gs.Ports[0] {
 		t.Fatal("unchanged parts should be shared, not copied")
+	}
+}
+
+// TestApplyStampWithoutAMap checks that an allocation without annotations
+// of its own shares the server's map, and that the new stamp wins over one
+// the map carries from before (a server read back from Kubernetes).
+func TestApplyStampWithoutAMap(t *testing.T) {
+	gs := &GameServer{Name: "gs-1", State: StateAllocated,
+		Annotations: map[string]string{"a": "1", LastAllocatedAnnotation: "2020-01-01T00:00:00Z"}}
+	if gs.LastAllocated() != "2020-01-01T00:00:00Z" {
+		t.Fatalf("before: %q, want the map's stamp", gs.LastAllocated())
+	}
+	out := Apply(gs, &Request{}, time.Date(2026, 11, 25, 14, 0, 0, 500, time.UTC))
+	if reflect.ValueOf(out.Annotations).UnsafePointer() != reflect.ValueOf(gs.Annotations).UnsafePointer() {
+		t.Fatal("no annotations in the request: the map should be shared")
+	}
+	const want = "2026-11-25T14:00:00.0000005Z"
+	if v, _ := out.Annotation(LastAllocatedAnnotation); v != want || out.LastAllocated() != want {
+		t.Fatalf("stamp %q / %q, want %q", v, out.LastAllocated(), want)
+	}
+	all := out.AllAnnotations()
+	if len(all) != 2 || all["a"] != "1" || all[LastAllocatedAnnotation] != want {
+		t.Fatalf("AllAnnotations = %v", all)
+	}
+	if gs.Annotations[LastAllocatedAnnotation] != "2020-01-01T00:00:00Z" {
+		t.Fatal("AllAnnotations modified the shared map")
+	}
+	if v, ok := out.Annotation("a"); !ok || v != "1" {
+		t.Fatalf("Annotation(a) = %q, %v", v, ok)
+	}
+	if _, ok := out.Annotation("missing"); ok {
+		t.Fatal("Annotation(missing) found")
 	}
 }

@@ -260,7 +260,7 @@ func (ix *Index) tally(e *entry, gs *GameServer, add bool) {
 	if ix.counted == "" || gs.State != StateAllocated {
 		return
 	}
-	v, ok := gs.Annotations[ix.counted]
+	v, ok := gs.Annotation(ix.counted)
 	if !ok {
 		return
 	}

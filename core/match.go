@@ -49,7 +49,7 @@ func (s *Selector) matchesWithin(gs *GameServer, known string) bool {
 		}
 	}
 	for k, v := range s.MatchAnnotations {
-		if got, ok := gs.Annotations[k]; !ok || got != v {
+		if got, ok := gs.Annotation(k); !ok || got != v {
 			return false
 		}
 	}
@@ -145,7 +145,7 @@ func (c *compiledSelector) matches(gs *GameServer, known string) bool {
 	}
 	for i := range c.annotations {
 		p := &c.annotations[i]
-		if got, ok := gs.Annotations[p.key]; !ok || got != p.value {
+		if got, ok := gs.Annotation(p.key); !ok || got != p.value {
 			return false
 		}
 	}

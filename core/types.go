@@ -1,6 +1,9 @@
 package core
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // State is a GameServer's lifecycle state, as Agones names it. Only Ready and
 // Allocated servers are candidates for allocation.
@@ -99,6 +102,60 @@ type GameServer struct {
 	// Version is opaque to the core: the backend's optimistic-concurrency
 	// token (a Kubernetes resourceVersion). The core copies it, never reads it.
 	Version string
+	// AllocatedAt is when Apply last allocated the server, in Unix
+	// nanoseconds; 0 when it has not since the server came into the core.
+	// It stands for the agones.dev/last-allocated annotation, which Apply
+	// does not write into Annotations: a map of its own per allocation was
+	// most of what an allocated server kept in memory, and left the
+	// collector that much more to mark. Where it is set it wins over any
+	// stamp in Annotations. Read annotations as Agones has them with
+	// Annotation, LastAllocated and AllAnnotations.
+	AllocatedAt int64
+}
+
+// Annotation returns the value of annotation k as Agones has it: the
+// last-allocated stamp from AllocatedAt, any other from Annotations.
+func (gs *GameServer) Annotation(k string) (string, bool) {
+	if k == LastAllocatedAnnotation && gs.AllocatedAt != 0 {
+		return gs.LastAllocated(), true
+	}
+	v, ok := gs.Annotations[k]
+	return v, ok
+}
+
+// LastAllocated is the agones.dev/last-allocated annotation's value: when
+// the server was last allocated, RFC 3339 with nanoseconds in UTC ("" when
+// it never was).
+func (gs *GameServer) LastAllocated() string {
+	if gs.AllocatedAt == 0 {
+		return gs.Annotations[LastAllocatedAnnotation]
+	}
+	var buf [len(time.RFC3339Nano) + 8]byte
+	return string(gs.AppendLastAllocated(buf[:0]))
+}
+
+// AppendLastAllocated appends LastAllocated to b: the encoders' way to it
+// without a string of its own.
+func (gs *GameServer) AppendLastAllocated(b []byte) []byte {
+	if gs.AllocatedAt == 0 {
+		return append(b, gs.Annotations[LastAllocatedAnnotation]...)
+	}
+	return time.Unix(0, gs.AllocatedAt).UTC().AppendFormat(b, time.RFC3339Nano)
+}
+
+// AllAnnotations returns the annotations as Agones has them: Annotations
+// with the last-allocated stamp of AllocatedAt. Without one it is
+// Annotations itself, shared: the caller must not modify it.
+func (gs *GameServer) AllAnnotations() map[string]string {
+	if gs.AllocatedAt == 0 {
+		return gs.Annotations
+	}
+	out := make(map[string]string, len(gs.Annotations)+1)
+	for k, v := range gs.Annotations {
+		out[k] = v
+	}
+	out[LastAllocatedAnnotation] = gs.LastAllocated()
+	return out
 }
 
 // Key identifies a GameServer within the index.

@@ -429,7 +429,7 @@ func (b *Backend) Release(ctx context.Context, k core.Key, ifAllocatedAt string)
 		if gs.State != core.StateAllocated {
 			return nil, allocator.ErrNotAllocated
 		}
-		if ifAllocatedAt != "" && gs.Annotations[core.LastAllocatedAnnotation] != ifAllocatedAt {
+		if ifAllocatedAt != "" && gs.LastAllocated() != ifAllocatedAt {
 			return nil, allocator.ErrNotAllocated
 		}
 		obj, err := withState(cur.raw, core.StateShutdown)

@@ -223,7 +223,7 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).NotTo(HaveOccurred())
 		_, err = b.Release(ctx, a.GameServer.Key(), "not-when-it-was-allocated")
 		Expect(err).To(MatchError(allocator.ErrNotAllocated))
-		gs, err := b.Release(ctx, a.GameServer.Key(), a.GameServer.Annotations[core.LastAllocatedAnnotation])
+		gs, err := b.Release(ctx, a.GameServer.Key(), a.GameServer.LastAllocated())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(gs.State).To(Equal(core.StateShutdown))
 		_, err = b.Release(ctx, a.GameServer.Key(), "")
@@ -277,7 +277,7 @@ var _ = Describe("the kubernetes backend", func() {
 						Expect(err).NotTo(HaveOccurred())
 						mu.Lock()
 						_, dup := won[a.GameServer.Name]
-						won[a.GameServer.Name] = a.GameServer.Annotations[core.LastAllocatedAnnotation]
+						won[a.GameServer.Name] = a.GameServer.LastAllocated()
 						mu.Unlock()
 						Expect(dup).To(BeFalse(), "%s allocated twice", a.GameServer.Name)
 					}

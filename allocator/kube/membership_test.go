@@ -99,7 +99,7 @@ func (l *loadResult) add(a *allocator.Allocation, err error) {
 	if _, seen := l.won[a.GameServer.Name]; seen {
 		l.dup = append(l.dup, a.GameServer.Name)
 	}
-	l.won[a.GameServer.Name] = a.GameServer.Annotations[core.LastAllocatedAnnotation]
+	l.won[a.GameServer.Name] = a.GameServer.LastAllocated()
 }
 
 func newLoadResult() *loadResult {

@@ -292,7 +292,7 @@ func withAllocation(raw []byte, before, after *core.GameServer) ([]byte, error) 
 		return nil, err
 	}
 	setStringMap(meta, "labels", after.Labels)
-	setStringMap(meta, "annotations", after.Annotations)
+	setStringMap(meta, "annotations", after.AllAnnotations())
 	st, err := child(obj, "status")
 	if err != nil {
 		return nil, err

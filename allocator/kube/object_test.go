@@ -149,7 +149,7 @@ func TestAllocationTouchesOnlyWhatItChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	if back.State != core.StateAllocated || back.Labels["mode"] != "duel" || back.Annotations["map"] != "dust" ||
-		back.Annotations[core.LastAllocatedAnnotation] != "2026-11-22T01:02:03.000000004Z" ||
+		back.LastAllocated() != "2026-11-22T01:02:03.000000004Z" ||
 		back.Counters["rooms"] != (core.Counter{Count: 2, Capacity: 4}) ||
 		!reflect.DeepEqual(back.Lists["players"], core.List{Values: []string{"a", "b"}, Capacity: 5}) {
 		t.Fatalf("allocated object: %+v", back)

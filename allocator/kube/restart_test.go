@@ -97,7 +97,7 @@ var _ = Describe("an API server restart during allocation load", func() {
 						continue
 					}
 					mu.Lock()
-					successes = append(successes, success{a.GameServer.Name, a.GameServer.Annotations[core.LastAllocatedAnnotation]})
+					successes = append(successes, success{a.GameServer.Name, a.GameServer.LastAllocated()})
 					mu.Unlock()
 					if restarted.Load() {
 						afterUp.Add(1)

@@ -115,7 +115,7 @@ func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time
 	gs := res.GameServer
 	if len(b.sessions) > 0 {
 		if d, ok := b.sessions[core.Key{Namespace: gs.Namespace, Name: gs.Labels[core.FleetLabel]}]; ok {
-			b.post(event{kind: evAllocated, gs: gs, stamp: gs.Annotations[core.LastAllocatedAnnotation], end: now.Add(d)})
+			b.post(event{kind: evAllocated, gs: gs, stamp: gs.LastAllocated(), end: now.Add(d)})
 		}
 	}
 	return &allocator.Allocation{GameServer: gs}, nil
@@ -146,7 +146,7 @@ func (b *Backend) Release(ctx context.Context, key core.Key, ifAllocatedAt strin
 		b.mu.Unlock()
 		return nil, allocator.ErrNotFound
 	case gs.State != core.StateAllocated,
-		ifAllocatedAt != "" && gs.Annotations[core.LastAllocatedAnnotation] != ifAllocatedAt:
+		ifAllocatedAt != "" && gs.LastAllocated() != ifAllocatedAt:
 		b.mu.Unlock()
 		return nil, allocator.ErrNotAllocated
 	}
@@ -167,7 +167,7 @@ func (b *Backend) removeIf(key core.Key, stamp string) (*core.GameServer, bool) 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	gs, ok := b.ix.Get(key)
-	if !ok || gs.State != core.StateAllocated || gs.Annotations[core.LastAllocatedAnnotation] != stamp {
+	if !ok || gs.State != core.StateAllocated || gs.LastAllocated() != stamp {
 		return nil, false
 	}
 	b.ix.Remove(key)

@@ -93,7 +93,7 @@ func TestAgentReplacesServers(t *testing.T) {
 	}
 
 	// Release ends the second at once.
-	gone, err := b.Release(context.Background(), second.Key(), second.Annotations[core.LastAllocatedAnnotation])
+	gone, err := b.Release(context.Background(), second.Key(), second.LastAllocated())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestReallocationExtendsSession(t *testing.T) {
 	if _, ok := b.Get(gs.Key()); !ok {
 		t.Fatal("server shut down at the end of the superseded session")
 	}
-	if _, err := b.Release(context.Background(), gs.Key(), gs.Annotations[core.LastAllocatedAnnotation]); !errors.Is(err, allocator.ErrNotAllocated) {
+	if _, err := b.Release(context.Background(), gs.Key(), gs.LastAllocated()); !errors.Is(err, allocator.ErrNotAllocated) {
 		t.Fatalf("release with the old stamp: %v, want ErrNotAllocated", err)
 	}
 	clock.Advance(31 * time.Second)

@@ -46,6 +46,9 @@ func AllocatedAt(gs *core.GameServer) (t time.Time, ok bool) {
 	if gs == nil {
 		return time.Time{}, false
 	}
+	if gs.AllocatedAt != 0 {
+		return time.Unix(0, gs.AllocatedAt).UTC(), true
+	}
 	v, found := gs.Annotations[core.LastAllocatedAnnotation]
 	if !found {
 		return time.Time{}, false

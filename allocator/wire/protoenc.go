@@ -208,13 +208,52 @@ func sizeStringMap(num protowire.Number, m map[string]string) int {
 
 func appendStringMap(b []byte, num protowire.Number, m map[string]string) []byte {
 	for k, v := range m {
-		b = protowire.AppendTag(b, num, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, len(v))))
-		b = appendMapKey(b, k)
-		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
-		b = protowire.AppendString(b, v)
+		b = appendStringEntry(b, num, k, v)
 	}
 	return b
+}
+
+func appendStringEntry(b []byte, num protowire.Number, k, v string) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, len(v))))
+	b = appendMapKey(b, k)
+	b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+	return protowire.AppendString(b, v)
+}
+
+// sizeAnnotations and appendAnnotations encode the annotations as Agones
+// has them (core.GameServer.AllAnnotations) without building that map: the
+// server's own, with the last-allocated stamp in place of any it carries.
+func sizeAnnotations(gs *core.GameServer) int {
+	if gs.AllocatedAt == 0 {
+		return sizeStringMap(fMetaAnnots, gs.Annotations)
+	}
+	var buf [48]byte
+	n := sizeMessage(fMetaAnnots, sizeMapKey(core.LastAllocatedAnnotation)+sizeMessage(fMapValue, len(gs.AppendLastAllocated(buf[:0]))))
+	for k, v := range gs.Annotations {
+		if k != core.LastAllocatedAnnotation {
+			n += sizeMessage(fMetaAnnots, sizeMapKey(k)+sizeMessage(fMapValue, len(v)))
+		}
+	}
+	return n
+}
+
+func appendAnnotations(b []byte, gs *core.GameServer) []byte {
+	if gs.AllocatedAt == 0 {
+		return appendStringMap(b, fMetaAnnots, gs.Annotations)
+	}
+	for k, v := range gs.Annotations {
+		if k != core.LastAllocatedAnnotation {
+			b = appendStringEntry(b, fMetaAnnots, k, v)
+		}
+	}
+	var buf [48]byte
+	stamp := gs.AppendLastAllocated(buf[:0])
+	b = protowire.AppendTag(b, fMetaAnnots, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(sizeMapKey(core.LastAllocatedAnnotation)+sizeMessage(fMapValue, len(stamp))))
+	b = appendMapKey(b, core.LastAllocatedAnnotation)
+	b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+	return protowire.AppendBytes(b, stamp)
 }
 
 func sizeMapKey(k string) int { return sizeMessage(fMapKey, len(k)) }
@@ -300,7 +339,7 @@ func GameServerResponseSize(gs *core.GameServer, source string) int {
 	n += sizeString(fRespAddress, gs.Address)
 	n += sizeString(fRespNodeName, gs.NodeName)
 	n += sizeString(fRespSource, source)
-	n += sizeMessage(fRespMetadata, sizeStringMap(fMetaLabels, gs.Labels)+sizeStringMap(fMetaAnnots, gs.Annotations))
+	n += sizeMessage(fRespMetadata, sizeStringMap(fMetaLabels, gs.Labels)+sizeAnnotations(gs))
 	for _, a := range gs.Addresses {
 		n += sizeMessage(fRespAddresses, sizeString(fAddrType, a.Type)+sizeString(fAddrAddress, a.Address))
 	}
@@ -330,9 +369,9 @@ func AppendGameServerResponse(b []byte, gs *core.GameServer, source string) []by
 	b = appendString(b, fRespSource, source)
 	// Metadata is always present (ResponseFromCore's promise to clients).
 	b = protowire.AppendTag(b, fRespMetadata, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(sizeStringMap(fMetaLabels, gs.Labels)+sizeStringMap(fMetaAnnots, gs.Annotations)))
+	b = protowire.AppendVarint(b, uint64(sizeStringMap(fMetaLabels, gs.Labels)+sizeAnnotations(gs)))
 	b = appendStringMap(b, fMetaLabels, gs.Labels)
-	b = appendStringMap(b, fMetaAnnots, gs.Annotations)
+	b = appendAnnotations(b, gs)
 	for _, a := range gs.Addresses {
 		b = protowire.AppendTag(b, fRespAddresses, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(sizeString(fAddrType, a.Type)+sizeString(fAddrAddress, a.Address)))

@@ -31,7 +31,7 @@ func ResponseFromCore(gs *core.GameServer, source string) (*allocation.Allocatio
 		Source:         source,
 		Metadata: &allocation.AllocationResponse_GameServerMetadata{
 			Labels:      copyStrings(gs.Labels),
-			Annotations: copyStrings(gs.Annotations),
+			Annotations: copyStrings(gs.AllAnnotations()),
 		},
 	}
 	if len(gs.Ports) > 0 {
