@@ -25,9 +25,13 @@ import (
 // outside gRPC itself, and the garbage collector's work grows with them.
 type codec struct {
 	proto encoding.CodecV2
+	// requests are the allocation requests seen before (prepared.go).
+	requests *requestCache
 }
 
-func newCodec() *codec { return &codec{proto: encoding.GetCodecV2(protocodec.Name)} }
+func newCodec() *codec {
+	return &codec{proto: encoding.GetCodecV2(protocodec.Name), requests: newRequestCache()}
+}
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
@@ -75,6 +79,16 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	b := buf.ReadOnlyData()
+	if p := c.requests.get(b); p != nil {
+		// Seen before: a copy of the decoded request, with selector
+		// storage of its own (the service may restrict its selectors).
+		d.req, d.prep = p.req, p
+		d.req.Selectors = append(d.sel[:0], p.req.Selectors...)
+		if len(p.req.Preferred) > 0 {
+			d.req.Preferred = append([]core.Selector(nil), p.req.Preferred...)
+		}
+		return nil
+	}
 	d.req, d.err = wire.DecodeRequestInto(b, d.sel[:0])
 	if errors.Is(d.err, wire.ErrMalformed) {
 		return d.err
@@ -83,6 +97,9 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		// Forwarding sends the request on as it came.
 		d.in = new(allocation.AllocationRequest)
 		return proto.Unmarshal(b, d.in)
+	}
+	if d.err == nil {
+		d.prep = c.requests.put(b, &d.req)
 	}
 	return nil
 }
@@ -100,6 +117,9 @@ type decodedRequest struct {
 	err error
 	in  *allocation.AllocationRequest
 	g   *grpcAllocation // the service it is for (see serveDecoded)
+	// prep is the cached request these bytes decode to (nil when not
+	// kept: too large, refused, or multi-cluster).
+	prep *preparedRequest
 }
 
 // Name is the proto codec's: the content-subtype is unchanged on the wire.
@@ -113,7 +133,7 @@ func (s *Service) allocateDecoded(ctx context.Context, identity string, d *decod
 	s.metrics.InFlight.Inc()
 	defer s.metrics.InFlight.Dec()
 
-	ns, fleet, gs, resp, retries, err := s.allocateRequest(ctx, identity, d.req.Namespace, d.in, d.req, d.err)
+	ns, fleet, gs, resp, retries, err := s.allocateRequest(ctx, identity, d.req.Namespace, d.in, d.req, d.err, d.prep)
 	s.observe(ctx, identity, start, ns, fleet, s.source(resp), retries, err)
 	switch {
 	case err != nil:

@@ -232,7 +232,7 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 // allocated it, the response when it was forwarded.
 func (s *Service) allocateAny(ctx context.Context, identity string, in *allocation.AllocationRequest) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
 	req, err := wire.RequestToCore(in)
-	return s.allocateRequest(ctx, identity, in.GetNamespace(), in, req, err)
+	return s.allocateRequest(ctx, identity, in.GetNamespace(), in, req, err, nil)
 }
 
 // allocateRequest is allocateAny for a request already in the core's form:
@@ -240,7 +240,7 @@ func (s *Service) allocateAny(ctx context.Context, identity string, in *allocati
 // sent. in, the request as sent, is read only to forward a multi-cluster
 // request (the gRPC server's codec decodes it only for those, see
 // decodedRequest).
-func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in *allocation.AllocationRequest, req core.Request, convErr error) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
+func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in *allocation.AllocationRequest, req core.Request, convErr error, prep *preparedRequest) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
 	ns = sent
 	if ns == "" {
 		ns = core.DefaultNamespace
@@ -268,7 +268,8 @@ func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in
 			"multiClusterSetting.enabled is true but no GameServerAllocationPolicy in namespace %q matches the policySelector: this allocator has no multi-cluster policies", ns)
 	}
 
-	h, err := s.limits.Load().admit(identity, ns, s.now(), s.backend)
+	limits := s.limits.Load()
+	h, err := limits.admit(identity, ns, s.now(), s.backend)
 	var atLimit *limitError
 	// Only when refused: errors.As's target escapes, and declared outside
 	// this block it would cost every admitted request a heap allocation.
@@ -295,18 +296,31 @@ func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in
 	var got *core.GameServer
 	defer h.done()
 
-	// Ownership goes on the server itself, after the caller's annotations
-	// so that it cannot be forged.
-	req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
-	// Re-allocating a live server (selector state Allocated) would make the
-	// caller its owner: a non-admin may only re-allocate its own.
-	if !s.limits.Load().isAdmin(identity) {
-		ownedOnly(&req, identity)
+	// A request sent before by this caller under these limits was
+	// normalized then (prepared.go); not one cut down to re-allocations.
+	if atLimit != nil {
+		prep = nil
 	}
-
-	nreq, err := core.Normalize(&req)
-	if err != nil {
-		return ns, "", nil, nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	var nreq *core.Request
+	if prep != nil {
+		nreq = prep.normalized(identity, limits)
+	}
+	if nreq == nil {
+		// Ownership goes on the server itself, after the caller's
+		// annotations so that it cannot be forged.
+		req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
+		// Re-allocating a live server (selector state Allocated) would
+		// make the caller its owner: a non-admin may only re-allocate its
+		// own.
+		if !limits.isAdmin(identity) {
+			ownedOnly(&req, identity)
+		}
+		if nreq, err = core.Normalize(&req); err != nil {
+			return ns, "", nil, nil, 0, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if prep != nil {
+			prep.keep(identity, limits, nreq)
+		}
 	}
 	if fl, ok := selectorFleet(nreq); ok {
 		fleet = fl

@@ -228,14 +228,33 @@ func sizeAnnotations(gs *core.GameServer) int {
 	if gs.AllocatedAt == 0 {
 		return sizeStringMap(fMetaAnnots, gs.Annotations)
 	}
-	var buf [48]byte
-	n := sizeMessage(fMetaAnnots, sizeMapKey(core.LastAllocatedAnnotation)+sizeMessage(fMapValue, len(gs.AppendLastAllocated(buf[:0]))))
+	n := sizeMessage(fMetaAnnots, sizeMapKey(core.LastAllocatedAnnotation)+sizeMessage(fMapValue, stampSize(gs.AllocatedAt)))
 	for k, v := range gs.Annotations {
 		if k != core.LastAllocatedAnnotation {
 			n += sizeMessage(fMetaAnnots, sizeMapKey(k)+sizeMessage(fMapValue, len(v)))
 		}
 	}
 	return n
+}
+
+// stampSize is the length of the last-allocated stamp of a server
+// allocated at at (Unix nanoseconds), without formatting it: RFC 3339 is 20
+// bytes for the years int64 nanoseconds reach, then a dot and the fraction
+// up to its last digit that is not 0, if any.
+func stampSize(at int64) int {
+	frac := at % 1e9
+	if frac < 0 {
+		frac += 1e9
+	}
+	if frac == 0 {
+		return 20
+	}
+	n := 9
+	for frac%10 == 0 {
+		frac /= 10
+		n--
+	}
+	return 21 + n
 }
 
 func appendAnnotations(b []byte, gs *core.GameServer) []byte {

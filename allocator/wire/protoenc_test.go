@@ -324,3 +324,26 @@ func TestAppendGameServerResponseMatchesWire(t *testing.T) {
 		}
 	}
 }
+
+// TestStampSize checks the stamp's length as computed against the
+// formatted stamp, fractions with trailing zeros and none included.
+func TestStampSize(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 9))
+	base := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC).UnixNano()
+	cases := []int64{base, base + 1, base + 10, base + 500_000_000, base + 123_456_789, base + 100, -1, -1_000_000_000, 1}
+	for range 2000 {
+		// A fraction with 0 to 9 trailing zeros.
+		ns, unit := r.Int64N(1e9), int64(1)
+		for range r.IntN(10) {
+			unit *= 10
+		}
+		ns -= ns % unit
+		cases = append(cases, base+r.Int64N(1e7)*1e9+ns)
+	}
+	for _, at := range cases {
+		gs := &core.GameServer{AllocatedAt: at}
+		if want := len(gs.LastAllocated()); stampSize(at) != want {
+			t.Fatalf("stampSize(%d) = %d, want %d (%s)", at, stampSize(at), want, gs.LastAllocated())
+		}
+	}
+}

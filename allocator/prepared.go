@@ -1,0 +1,94 @@
+package allocator
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// Prepared requests. A matchmaker sends the same few requests over and over
+// (one per game mode and region, say), byte for byte. The codec keeps the
+// decoded form of the requests it has seen, keyed by their bytes, and the
+// service keeps beside each the normalized request it last made of it for
+// one caller: a request seen before is then neither decoded nor validated
+// nor compiled again, which was a tenth of an allocation's CPU and most of
+// the garbage it left outside gRPC. Requests that differ every time (a
+// match ID in their metadata) only ever miss; the cache is small and starts
+// over when full, so they cannot crowd the repeated ones out for long.
+
+const (
+	// maxPreparedRequests bounds the cache; it is emptied when full.
+	maxPreparedRequests = 512
+	// maxPreparedBytes is the largest request kept: the usual one is a few
+	// dozen bytes, and the key is a copy of them.
+	maxPreparedBytes = 1024
+)
+
+// preparedRequest is a request as decoded, shared by every call that sends
+// the same bytes. Nothing in it is modified once it is in the cache: a call
+// copies req (and its selectors) before changing anything.
+type preparedRequest struct {
+	req  core.Request
+	norm atomic.Pointer[normalizedRequest]
+}
+
+// normalizedRequest is what the service made of a prepared request for one
+// caller under one set of limits: the owner annotation and the re-allocation
+// restriction depend on both.
+type normalizedRequest struct {
+	identity string
+	limits   *limiter
+	req      *core.Request
+}
+
+// normalized returns the request normalized for identity under limits, if
+// that is the one kept.
+func (p *preparedRequest) normalized(identity string, limits *limiter) *core.Request {
+	if n := p.norm.Load(); n != nil && n.identity == identity && n.limits == limits {
+		return n.req
+	}
+	return nil
+}
+
+// keep remembers req as the request normalized for identity under limits.
+func (p *preparedRequest) keep(identity string, limits *limiter, req *core.Request) {
+	p.norm.Store(&normalizedRequest{identity: identity, limits: limits, req: req})
+}
+
+// requestCache maps a request's bytes to its preparedRequest.
+type requestCache struct {
+	mu sync.Mutex
+	m  map[string]*preparedRequest
+}
+
+func newRequestCache() *requestCache {
+	return &requestCache{m: make(map[string]*preparedRequest)}
+}
+
+// get returns the prepared request for b, or nil.
+func (c *requestCache) get(b []byte) *preparedRequest {
+	c.mu.Lock()
+	p := c.m[string(b)]
+	c.mu.Unlock()
+	return p
+}
+
+// put prepares req (just decoded from b) and returns it, or nil when b is
+// too large to keep. The prepared copy has selector storage of its own, so
+// the caller's may be reused.
+func (c *requestCache) put(b []byte, req *core.Request) *preparedRequest {
+	if len(b) > maxPreparedBytes {
+		return nil
+	}
+	p := &preparedRequest{req: *req}
+	p.req.Selectors = append([]core.Selector(nil), req.Selectors...)
+	p.req.Preferred = append([]core.Selector(nil), req.Preferred...)
+	c.mu.Lock()
+	if len(c.m) >= maxPreparedRequests {
+		clear(c.m)
+	}
+	c.m[string(b)] = p
+	c.mu.Unlock()
+	return p
+}
