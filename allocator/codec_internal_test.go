@@ -314,16 +314,31 @@ func TestPreparedRequests(t *testing.T) {
 	for i := range 3 * maxPreparedRequests {
 		b := marshal(&allocation.AllocationRequest{GameServerSelectors: []*allocation.GameServerSelector{
 			{MatchLabels: map[string]string{"match": strconv.Itoa(i)}}}})
-		d := new(decodedRequest)
-		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, d); err != nil || d.prep == nil {
-			t.Fatalf("request %d: %v, prepared %v", i, err, d.prep)
+		// Kept the second time it comes, not the first.
+		for sent := range 2 {
+			d := new(decodedRequest)
+			if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, d); err != nil || (d.prep != nil) != (sent == 1) {
+				t.Fatalf("request %d sent %d times before: %v, prepared %v", i, sent, err, d.prep != nil)
+			}
 		}
 		if n := len(c.requests.m); n > maxPreparedRequests {
 			t.Fatalf("%d requests kept, at most %d", n, maxPreparedRequests)
 		}
 	}
+	// A stream of requests that all differ keeps none.
+	c = newCodec()
+	for i := range 2 * seenSlots {
+		b := marshal(&allocation.AllocationRequest{Metadata: &allocation.MetaPatch{Annotations: map[string]string{"match": strconv.Itoa(i)}}})
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, new(decodedRequest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.requests.m); n != 0 {
+		t.Fatalf("%d requests sent once each were kept", n)
+	}
 	big := marshal(&allocation.AllocationRequest{Metadata: &allocation.MetaPatch{Labels: map[string]string{"x": strings.Repeat("y", maxPreparedBytes)}}})
 	d := new(decodedRequest)
+	_ = c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(big)}, new(decodedRequest))
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(big)}, d); err != nil || d.prep != nil {
 		t.Fatalf("a request over %d bytes: %v, prepared %v", maxPreparedBytes, err, d.prep != nil)
 	}

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -60,10 +61,18 @@ func (p *preparedRequest) keep(identity string, limits *limiter, req *core.Reque
 type requestCache struct {
 	mu sync.Mutex
 	m  map[string]*preparedRequest
+	// seen holds the hashes of requests seen once, one per slot: a request
+	// is kept the second time it comes, so a stream of requests that are
+	// all different costs a hash each, not a copy and an entry each.
+	seen [seenSlots]uint64
+	seed maphash.Seed
 }
 
+// seenSlots is the size of requestCache.seen (a power of 2).
+const seenSlots = 1024
+
 func newRequestCache() *requestCache {
-	return &requestCache{m: make(map[string]*preparedRequest)}
+	return &requestCache{m: make(map[string]*preparedRequest), seed: maphash.MakeSeed()}
 }
 
 // get returns the prepared request for b, or nil.
@@ -75,12 +84,21 @@ func (c *requestCache) get(b []byte) *preparedRequest {
 }
 
 // put prepares req (just decoded from b) and returns it, or nil when b is
-// too large to keep. The prepared copy has selector storage of its own, so
-// the caller's may be reused.
+// too large to keep or seen for the first time. The prepared copy has
+// selector storage of its own, so the caller's may be reused.
 func (c *requestCache) put(b []byte, req *core.Request) *preparedRequest {
 	if len(b) > maxPreparedBytes {
 		return nil
 	}
+	h := maphash.Bytes(c.seed, b)
+	c.mu.Lock()
+	slot := &c.seen[h%seenSlots]
+	if *slot != h {
+		*slot = h
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
 	p := &preparedRequest{req: *req}
 	p.req.Selectors = append([]core.Selector(nil), req.Selectors...)
 	p.req.Preferred = append([]core.Selector(nil), req.Preferred...)

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"strconv"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -26,6 +27,38 @@ func encodeRequest(m proto.Message) (*encodedRequest, error) {
 		return nil, err
 	}
 	return &encodedRequest{b: b}, nil
+}
+
+// AllocationRequest.metadata and MetaPatch.annotations (Agones'
+// allocation.proto), and a map entry's key and value.
+const (
+	fieldRequestMetadata  protowire.Number = 7
+	fieldPatchAnnotations protowire.Number = 2
+	fieldEntryKey         protowire.Number = 1
+	fieldEntryValue       protowire.Number = 2
+)
+
+// withAnnotation returns the request with annotation key=n (decimal) added:
+// the bytes as they are, then a second metadata field holding that one
+// entry, which a decoder merges into the first (protobuf merges repeated
+// occurrences of a message field, and of a map's entries).
+func (r *encodedRequest) withAnnotation(key string, n uint64) *encodedRequest {
+	var num [20]byte
+	value := strconv.AppendUint(num[:0], n, 10)
+	entry := protowire.SizeTag(fieldEntryKey) + protowire.SizeBytes(len(key)) +
+		protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(len(value))
+	patch := protowire.SizeTag(fieldPatchAnnotations) + protowire.SizeBytes(entry)
+	b := make([]byte, 0, len(r.b)+protowire.SizeTag(fieldRequestMetadata)+protowire.SizeBytes(patch))
+	b = append(b, r.b...)
+	b = protowire.AppendTag(b, fieldRequestMetadata, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(patch))
+	b = protowire.AppendTag(b, fieldPatchAnnotations, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(entry))
+	b = protowire.AppendTag(b, fieldEntryKey, protowire.BytesType)
+	b = protowire.AppendString(b, key)
+	b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
+	b = protowire.AppendBytes(b, value)
+	return &encodedRequest{b: b}
 }
 
 // allocAnswer is what Call keeps of an AllocationResponse.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 )
 
 // TestLeanCodecReadsWhatTheLibraryReads decodes random full answers, split
@@ -122,5 +123,51 @@ func TestLeanCodecSendsTheLibrarysBytes(t *testing.T) {
 	}
 	if _, err := (leanCodec{}).Marshal(req); err == nil {
 		t.Fatal("a message not encoded up front was accepted")
+	}
+}
+
+// TestUniqueAnnotation checks that a request with a unique annotation
+// decodes, with the protobuf library and with the allocator's own decoder,
+// to the request with that annotation added to its metadata, with or
+// without metadata of its own.
+func TestUniqueAnnotation(t *testing.T) {
+	for _, md := range []*allocation.MetaPatch{nil, {Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "x"}}} {
+		req := &allocation.AllocationRequest{
+			Namespace:           "default",
+			GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "a"}}},
+			Metadata:            md,
+		}
+		enc, err := encodeRequest(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []uint64{1, 9, 10, 1 << 40} {
+			got := enc.withAnnotation("example.com/match", n)
+			var back allocation.AllocationRequest
+			if err := proto.Unmarshal(got.b, &back); err != nil {
+				t.Fatal(err)
+			}
+			want := proto.Clone(req).(*allocation.AllocationRequest)
+			if want.Metadata == nil {
+				want.Metadata = &allocation.MetaPatch{}
+			}
+			if want.Metadata.Annotations == nil {
+				want.Metadata.Annotations = map[string]string{}
+			}
+			want.Metadata.Annotations["example.com/match"] = fmt.Sprint(n)
+			if !proto.Equal(&back, want) {
+				t.Fatalf("n=%d: decodes to %v, want %v", n, &back, want)
+			}
+			core, err := wire.DecodeRequestInto(got.b, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if core.Metadata.Annotations["example.com/match"] != fmt.Sprint(n) || (md != nil && (core.Metadata.Annotations["a"] != "x" || core.Metadata.Labels["l"] != "1")) {
+				t.Fatalf("n=%d: the allocator reads metadata %+v", n, core.Metadata)
+			}
+		}
+		if bytes.Equal(enc.withAnnotation("k", 1).b, enc.withAnnotation("k", 2).b) {
+			t.Fatal("two numbers, the same bytes")
+		}
 	}
 }

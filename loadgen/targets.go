@@ -64,6 +64,10 @@ type Dial struct {
 	// Sessions asks for the allocated server's name back (REST answers
 	// are decoded only then).
 	Sessions bool
+	// UniqueAnnotation, when set, is an annotation key every allocation
+	// request carries with a value of its own (a sequence number), as a
+	// match ID would: no two requests are the same bytes. gRPC only.
+	UniqueAnnotation string
 }
 
 // NewCaller connects to a target and checks that it answers, so that an
@@ -79,6 +83,9 @@ func NewCaller(ctx context.Context, d Dial) (Caller, error) {
 	case "grpc":
 		c, err = newGRPCCaller(d)
 	case "rest":
+		if d.UniqueAnnotation != "" {
+			return nil, fmt.Errorf("target %s: a unique annotation per request is for gRPC targets only", d.Target.Name)
+		}
 		if d.Target.Call == "echo" {
 			return nil, fmt.Errorf("target %s: the echo is the gRPC health check; it has no REST form", d.Target.Name)
 		}
@@ -147,6 +154,9 @@ type grpcCaller struct {
 	ns    string // the allocation request's namespace, for sessions
 	// The two requests in wire form (leanCodec).
 	allocQ, healthQ *encodedRequest
+	// unique is Dial.UniqueAnnotation; seq numbers its values.
+	unique string
+	seq    atomic.Uint64
 }
 
 // leanCall sends a call through leanCodec (made once: a CallOption built per
@@ -158,7 +168,7 @@ func newGRPCCaller(d Dial) (*grpcCaller, error) {
 	if d.TLS != nil {
 		creds = credentials.NewTLS(d.TLS)
 	}
-	g := &grpcCaller{call: d.Target.Call, ns: d.Request.GetNamespace()}
+	g := &grpcCaller{call: d.Target.Call, ns: d.Request.GetNamespace(), unique: d.UniqueAnnotation}
 	var err error
 	if g.healthQ, err = encodeRequest(&healthpb.HealthCheckRequest{}); err != nil {
 		return nil, err
@@ -190,8 +200,12 @@ func (g *grpcCaller) Call(ctx context.Context) (codes.Code, *Session) {
 		err := conn.Invoke(ctx, healthpb.Health_Check_FullMethodName, g.healthQ, &ignoredAnswer{}, leanCall...)
 		return status.Code(err), nil
 	}
+	q := g.allocQ
+	if g.unique != "" {
+		q = g.allocQ.withAnnotation(g.unique, g.seq.Add(1))
+	}
 	var a allocAnswer
-	if err := conn.Invoke(ctx, allocation.AllocationService_Allocate_FullMethodName, g.allocQ, &a, leanCall...); err != nil {
+	if err := conn.Invoke(ctx, allocation.AllocationService_Allocate_FullMethodName, q, &a, leanCall...); err != nil {
 		return status.Code(err), nil
 	}
 	return codes.OK, &Session{Namespace: g.ns, Name: a.name, Source: a.source}

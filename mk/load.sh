@@ -67,7 +67,9 @@ mkdir -p "$outdir"
 # per allocation would be charged to the allocations' turns). errors==0
 # fails the run if the fleet ran out after all. --server-pid charges the
 # server's CPU to the target whose turn it is.
-cmd=("$qm" load --certs-dir "$state/certs" --target "alloc=$addr" --target "echo=$addr" --echo echo
+# LOAD_CLIENT: another qm binary for the generator (comparing two server
+# builds under the same generator).
+cmd=("${LOAD_CLIENT:-$qm}" load --certs-dir "$state/certs" --target "alloc=$addr" --target "echo=$addr" --echo echo
 	--selector mode=load --release=false --warmup 1s --server-pid "$server_pid" --expect 'errors==0'
 	--out "$outdir/$name.json" "$@")
 echo "+ ${cmd[*]}"

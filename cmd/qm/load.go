@@ -14,6 +14,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/loadgen"
 	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
@@ -74,6 +75,7 @@ type loadFlags struct {
 	serverPID                     int
 	namespace, scheduling         string
 	labels, annotations, counters multiFlag
+	uniqueAnnotation              string
 	listAdd, listDel              multiFlag
 	sels                          selectorFlags
 	trace                         string
@@ -114,7 +116,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}()
 	for _, tc := range plan.cfg.Targets {
 		caller, err := loadgen.NewCaller(ctx, loadgen.Dial{Target: tc, TLS: tlsCfg, Connections: f.connections,
-			Request: plan.req, Sessions: f.release || f.trace != ""})
+			Request: plan.req, Sessions: f.release || f.trace != "", UniqueAnnotation: f.uniqueAnnotation})
 		if err != nil {
 			return err
 		}
@@ -254,6 +256,7 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.StringVar(&f.scheduling, "scheduling", "Packed", "Packed or Distributed")
 	fs.Var(&f.labels, "label", "metadata label key=value to set on the allocated server (repeatable)")
 	fs.Var(&f.annotations, "annotation", "metadata annotation key=value to set (repeatable)")
+	fs.StringVar(&f.uniqueAnnotation, "unique-annotation", "", "annotation KEY every allocation request carries with a value of its own (a sequence number), as a match ID would: no two requests alike (gRPC targets)")
 	fs.Var(&f.counters, "counter", "counter action NAME=Increment:N, NAME=Decrement:N or NAME=capacity:N (repeatable)")
 	fs.Var(&f.listAdd, "list-add", "list action NAME=VALUE (repeatable)")
 	fs.Var(&f.listDel, "list-delete", "list action NAME=VALUE (repeatable)")
@@ -469,6 +472,17 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 	}
 	if f.namespace != "" {
 		p.req.Namespace = f.namespace
+	}
+	if k := f.uniqueAnnotation; k != "" {
+		if _, err := core.Normalize(&core.Request{Metadata: core.MetaPatch{Annotations: map[string]string{k: "1"}}}); err != nil {
+			return nil, fmt.Errorf("--unique-annotation %q: %v", k, err)
+		}
+		for _, tc := range tcs {
+			if tc.Protocol != "grpc" && tc.Call != "echo" {
+				return nil, fmt.Errorf("--unique-annotation: target %s is %s; it is for gRPC targets only", tc.Name, tc.Protocol)
+			}
+		}
+		source += ", unique annotation " + k
 	}
 	if f.stream != "" && f.scenario == "" {
 		return nil, errors.New("--stream needs --scenario")

@@ -241,6 +241,8 @@ func TestLoadRefusesBadInput(t *testing.T) {
 		{[]string{"--target", "a=x:1", "--target", "a=y:1"}, 2, `two targets are named "a"`},
 		{[]string{"--target", "a=x:1", "--echo", "b"}, 2, `--echo "b": no --target`},
 		{[]string{"--target", "a=rest://x:1", "--echo", "a"}, 2, "the target is REST"},
+		{[]string{"--unique-annotation", "bad key!"}, 2, `--unique-annotation "bad key!"`},
+		{[]string{"--target", "a=rest://x:1", "--unique-annotation", "example.com/match"}, 2, "target a is rest; it is for gRPC targets only"},
 		{[]string{"--reference", "zz"}, 2, `--reference "zz"`},
 		{[]string{"--request", badReq}, 2, "Sideways"},
 		{[]string{"--request", filepath.Join(dir, "missing.json")}, 2, "--request"},
