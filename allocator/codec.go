@@ -133,7 +133,9 @@ func (s *Service) allocateDecoded(ctx context.Context, identity string, d *decod
 	s.metrics.InFlight.Inc()
 	defer s.metrics.InFlight.Dec()
 
-	ns, fleet, gs, resp, retries, err := s.allocateRequest(ctx, identity, d.req.Namespace, d.in, d.req, d.err, d.prep)
+	// The maps of a request decoded for this call alone (not prepared,
+	// which shares them) are its own to add the owner to.
+	ns, fleet, gs, resp, retries, err := s.allocateRequest(ctx, identity, d.req.Namespace, d.in, d.req, d.err, d.prep, d.prep == nil)
 	s.observe(ctx, identity, start, ns, fleet, s.source(resp), retries, err)
 	switch {
 	case err != nil:

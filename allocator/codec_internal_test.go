@@ -311,6 +311,26 @@ func TestPreparedRequests(t *testing.T) {
 		t.Fatalf("alice, now admin, re-allocating bob's session: %v, %v", gs, err)
 	}
 
+	// A request with annotations of its own: the first time its decoded
+	// map takes the owner, later its prepared one must not.
+	tagged := marshal(&allocation.AllocationRequest{
+		GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "a"}}},
+		Metadata:            &allocation.MetaPatch{Annotations: map[string]string{"example.com/match": "m1"}}})
+	for i, who := range []string{"dave", "erin", "dave", "frank"} {
+		ix.Upsert(&core.GameServer{Namespace: "default", Name: fmt.Sprintf("more-%d", i), NodeName: "node-1",
+			State: core.StateReady, Labels: map[string]string{"mode": "a"}})
+		gs, err := send(tagged, who)
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		if m, _ := gs.Annotation("example.com/match"); owner(gs) != who || m != "m1" {
+			t.Fatalf("sent %d: %s's server has annotations %v", i, who, gs.AllAnnotations())
+		}
+	}
+	if p := c.requests.get(tagged); p == nil || len(p.req.Metadata.Annotations) != 1 {
+		t.Fatalf("the prepared request's annotations: %v", p)
+	}
+
 	for i := range 3 * maxPreparedRequests {
 		b := marshal(&allocation.AllocationRequest{GameServerSelectors: []*allocation.GameServerSelector{
 			{MatchLabels: map[string]string{"match": strconv.Itoa(i)}}}})

@@ -232,7 +232,7 @@ func (s *Service) allocate(ctx context.Context, identity string, in *allocation.
 // allocated it, the response when it was forwarded.
 func (s *Service) allocateAny(ctx context.Context, identity string, in *allocation.AllocationRequest) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
 	req, err := wire.RequestToCore(in)
-	return s.allocateRequest(ctx, identity, in.GetNamespace(), in, req, err, nil)
+	return s.allocateRequest(ctx, identity, in.GetNamespace(), in, req, err, nil, false)
 }
 
 // allocateRequest is allocateAny for a request already in the core's form:
@@ -240,7 +240,7 @@ func (s *Service) allocateAny(ctx context.Context, identity string, in *allocati
 // sent. in, the request as sent, is read only to forward a multi-cluster
 // request (the gRPC server's codec decodes it only for those, see
 // decodedRequest).
-func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in *allocation.AllocationRequest, req core.Request, convErr error, prep *preparedRequest) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
+func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in *allocation.AllocationRequest, req core.Request, convErr error, prep *preparedRequest, ownMaps bool) (ns, fleet string, _ *core.GameServer, _ *allocation.AllocationResponse, retries int, _ error) {
 	ns = sent
 	if ns == "" {
 		ns = core.DefaultNamespace
@@ -308,7 +308,7 @@ func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in
 	if nreq == nil {
 		// Ownership goes on the server itself, after the caller's
 		// annotations so that it cannot be forged.
-		req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
+		req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity, ownMaps)
 		// Re-allocating a live server (selector state Allocated) would
 		// make the caller its owner: a non-admin may only re-allocate its
 		// own.
@@ -349,8 +349,11 @@ func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in
 
 // withOwner returns annotations plus the owner's. The common request sets
 // no annotations of its own; it gets a map per identity made once (never
-// modified: the core copies annotations into the server it allocates).
-func (s *Service) withOwner(annotations map[string]string, identity string) map[string]string {
+// modified: the core copies it into, or shares it with, the server it
+// allocates). own says annotations is the request's alone (decoded for this
+// call, kept nowhere else): the owner then goes into it, instead of into a
+// copy.
+func (s *Service) withOwner(annotations map[string]string, identity string, own bool) map[string]string {
 	if len(annotations) == 0 {
 		if m, ok := s.ownerMaps.Load(identity); ok {
 			return m.(map[string]string)
@@ -360,6 +363,10 @@ func (s *Service) withOwner(annotations map[string]string, identity string) map[
 			s.ownerMaps.Store(identity, m)
 		}
 		return m
+	}
+	if own {
+		annotations[OwnerAnnotation] = identity
+		return annotations
 	}
 	ann := make(map[string]string, len(annotations)+1)
 	for k, v := range annotations {
