@@ -27,6 +27,12 @@
 #
 # Exit status: qm load's (2: an --expect failed), 1 for anything else.
 # Writes OUTDIR/forward-MODE.json (qm load's result) and prints its summary.
+# FORWARD_IDLE=poll keeps every CPU out of its idle states for the run
+# (/dev/cpu_dma_latency held at 0, as tuned's latency-performance profile
+# does; needs root): a sleeping core then wakes at once for a lone
+# request, which on a virtual machine otherwise costs an exit to the
+# hypervisor per wake-up. Direct and forwarded turns run under the same
+# setting.
 # FORWARD_SERVE_FLAGS adds flags to both `qm serve` commands (say
 # "--pprof --http-addr 127.0.0.1:0" to profile them).
 set -euo pipefail
@@ -48,6 +54,20 @@ pinned | onecore)
 shared) on_remote=() on_entry=() on_load=() ;;
 *)
 	echo "load-forward: mode must be pinned, shared or onecore, got \"$mode\"" >&2
+	exit 1
+	;;
+esac
+
+case ${FORWARD_IDLE:-} in
+"") ;;
+poll)
+	# Held while fd 9 is open, that is until this script exits.
+	[[ -w /dev/cpu_dma_latency ]] || { echo "load-forward: FORWARD_IDLE=poll needs write access to /dev/cpu_dma_latency (root)" >&2; exit 1; }
+	exec 9>/dev/cpu_dma_latency
+	printf '\x00\x00\x00\x00' >&9
+	;;
+*)
+	echo "load-forward: FORWARD_IDLE must be poll or empty, got \"$FORWARD_IDLE\"" >&2
 	exit 1
 	;;
 esac
