@@ -14,9 +14,10 @@ import (
 // service keeps beside each the normalized request it last made of it for
 // one caller: a request seen before is then neither decoded nor validated
 // nor compiled again, which was a tenth of an allocation's CPU and most of
-// the garbage it left outside gRPC. Requests that differ every time (a
-// match ID in their metadata) only ever miss; the cache is small and starts
-// over when full, so they cannot crowd the repeated ones out for long.
+// the garbage it left outside gRPC. A request is kept the second time its
+// bytes come, so requests that differ every time (a match ID in their
+// metadata) cost a hash each and are never kept; the cache is small and
+// starts over when full.
 
 const (
 	// maxPreparedRequests bounds the cache; it is emptied when full.
