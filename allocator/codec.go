@@ -82,7 +82,7 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if p := c.requests.get(b); p != nil {
 		// Seen before: a copy of the decoded request, with selector
 		// storage of its own (the service may restrict its selectors).
-		d.req, d.prep = p.req, p
+		d.req, d.prep, d.in = p.req, p, p.in
 		d.req.Selectors = append(d.sel[:0], p.req.Selectors...)
 		if len(p.req.Preferred) > 0 {
 			d.req.Preferred = append([]core.Selector(nil), p.req.Preferred...)
@@ -96,10 +96,12 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if d.err == nil && d.req.MultiCluster.Enabled {
 		// Forwarding sends the request on as it came.
 		d.in = new(allocation.AllocationRequest)
-		return proto.Unmarshal(b, d.in)
+		if err := proto.Unmarshal(b, d.in); err != nil {
+			return err
+		}
 	}
 	if d.err == nil {
-		d.prep = c.requests.put(b, &d.req)
+		d.prep = c.requests.put(b, &d.req, d.in)
 	}
 	return nil
 }
@@ -118,7 +120,7 @@ type decodedRequest struct {
 	in  *allocation.AllocationRequest
 	g   *grpcAllocation // the service it is for (see serveDecoded)
 	// prep is the cached request these bytes decode to (nil when not
-	// kept: too large, refused, or multi-cluster).
+	// kept: seen for the first time, too large, or refused).
 	prep *preparedRequest
 }
 

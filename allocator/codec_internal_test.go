@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
@@ -361,5 +363,59 @@ func TestPreparedRequests(t *testing.T) {
 	_ = c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(big)}, new(decodedRequest))
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(big)}, d); err != nil || d.prep != nil {
 		t.Fatalf("a request over %d bytes: %v, prepared %v", maxPreparedBytes, err, d.prep != nil)
+	}
+}
+
+// TestPreparedMultiClusterRequests: a multi-cluster request seen before
+// comes back with the request as sent (shared, for forwarding to read), and
+// one that fails validation is refused every time, never marked valid.
+func TestPreparedMultiClusterRequests(t *testing.T) {
+	c := newCodec()
+	sent := &allocation.AllocationRequest{
+		MultiClusterSetting: &allocation.MultiClusterSetting{Enabled: true},
+		GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "a"}}},
+	}
+	b, err := proto.Marshal(sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*decodedRequest
+	for range 3 {
+		d := new(decodedRequest)
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, d); err != nil {
+			t.Fatal(err)
+		}
+		if d.in == nil || !proto.Equal(d.in, sent) {
+			t.Fatalf("the request as sent: %v, want %v", d.in, sent)
+		}
+		ds = append(ds, d)
+	}
+	if ds[0].prep != nil || ds[1].prep == nil || ds[2].prep != ds[1].prep || ds[2].in != ds[1].prep.in {
+		t.Fatal("kept the second time, and shared from then on")
+	}
+
+	bad, err := proto.Marshal(&allocation.AllocationRequest{
+		MultiClusterSetting: &allocation.MultiClusterSetting{Enabled: true},
+		GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"bad key!": "a"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(Options{Backend: indexBackend{core.NewIndex()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		d := new(decodedRequest)
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, d); err != nil {
+			t.Fatal(err)
+		}
+		_, _, _, _, err := svc.multiCluster(context.Background(), "dev", "default", d.in, d.req, d.prep)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("send %d: %v, want InvalidArgument", i, err)
+		}
+		if d.prep != nil && d.prep.valid.Load() {
+			t.Fatalf("send %d: an invalid request was marked valid", i)
+		}
 	}
 }

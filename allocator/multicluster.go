@@ -52,10 +52,16 @@ func (s *Service) source(resp *allocation.AllocationResponse) string {
 // that hold whatever the policies say, then the forwarder, whose local
 // entries come back through allocate with multi-cluster disabled (so
 // limits, ownership and metrics apply to them as to any request here).
-func (s *Service) multiCluster(ctx context.Context, identity, ns string, in *allocation.AllocationRequest, req core.Request) (_, fleet string, _ *allocation.AllocationResponse, retries int, _ error) {
-	// A bad request fails here once, not once per cluster.
-	if _, err := core.Normalize(&req); err != nil {
-		return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+func (s *Service) multiCluster(ctx context.Context, identity, ns string, in *allocation.AllocationRequest, req core.Request, prep *preparedRequest) (_, fleet string, _ *allocation.AllocationResponse, retries int, _ error) {
+	// A bad request fails here once, not once per cluster; a prepared one
+	// that passed before passes again (the same bytes).
+	if prep == nil || !prep.valid.Load() {
+		if _, err := core.Normalize(&req); err != nil {
+			return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if prep != nil {
+			prep.valid.Store(true)
+		}
 	}
 	// The namespace's policies are the namespace's: an identity that may
 	// not allocate there may not use them to reach other clusters either.

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
@@ -33,6 +34,10 @@ const (
 type preparedRequest struct {
 	req  core.Request
 	norm atomic.Pointer[normalizedRequest]
+	// in is a multi-cluster request as sent (forwarding sends it on; it is
+	// only read), nil for any other; valid says it passed validation once.
+	in    *allocation.AllocationRequest
+	valid atomic.Bool
 }
 
 // normalizedRequest is what the service made of a prepared request for one
@@ -84,10 +89,11 @@ func (c *requestCache) get(b []byte) *preparedRequest {
 	return p
 }
 
-// put prepares req (just decoded from b) and returns it, or nil when b is
-// too large to keep or seen for the first time. The prepared copy has
-// selector storage of its own, so the caller's may be reused.
-func (c *requestCache) put(b []byte, req *core.Request) *preparedRequest {
+// put prepares req (just decoded from b; in is the request as sent, for a
+// multi-cluster one) and returns it, or nil when b is too large to keep or
+// seen for the first time. The prepared copy has selector storage of its
+// own, so the caller's may be reused.
+func (c *requestCache) put(b []byte, req *core.Request, in *allocation.AllocationRequest) *preparedRequest {
 	if len(b) > maxPreparedBytes {
 		return nil
 	}
@@ -100,7 +106,7 @@ func (c *requestCache) put(b []byte, req *core.Request) *preparedRequest {
 		return nil
 	}
 	c.mu.Unlock()
-	p := &preparedRequest{req: *req}
+	p := &preparedRequest{req: *req, in: in}
 	p.req.Selectors = append([]core.Selector(nil), req.Selectors...)
 	p.req.Preferred = append([]core.Selector(nil), req.Preferred...)
 	c.mu.Lock()

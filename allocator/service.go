@@ -256,7 +256,7 @@ func (s *Service) allocateRequest(ctx context.Context, identity, sent string, in
 			return ns, "", nil, nil, 0, err
 		}
 		if req.MultiCluster.Enabled {
-			ns, fleet, resp, retries, err := s.multiCluster(ctx, identity, ns, in, req)
+			ns, fleet, resp, retries, err := s.multiCluster(ctx, identity, ns, in, req, prep)
 			return ns, fleet, nil, resp, retries, err
 		}
 	}

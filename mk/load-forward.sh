@@ -25,6 +25,8 @@
 #   onecore all three on CPU 0: no wake-up ever crosses cores, which tells
 #           a lone request's scheduling delays from the work itself.
 #
+# --server-pid names the entry: "server CPU forwarded" is the entry's CPU
+# per forwarded request (direct and round-trip turns leave it idle).
 # Exit status: qm load's (2: an --expect failed), 1 for anything else.
 # Writes OUTDIR/forward-MODE.json (qm load's result) and prints its summary.
 # FORWARD_IDLE=poll keeps every CPU out of its idle states for the run
@@ -167,6 +169,6 @@ mkdir -p "$outdir"
 cmd=(${on_load[@]+"${on_load[@]}"} "$qm" load --certs-dir "$state/certs" --identity caller
 	--target "direct=$remote" --target "forwarded=$entry" --target "roundtrip=$remote" --echo roundtrip --reference direct
 	--request "$state/request.json" --release=false --warmup 1s --expect 'errors==0'
-	--out "$outdir/forward-$mode.json" "$@")
+	--server-pid "${pids[1]}" --out "$outdir/forward-$mode.json" "$@")
 echo "+ ${cmd[*]}"
 "${cmd[@]}"
