@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,9 @@ type ServerOptions struct {
 	MaxRequestBytes int
 	// MaxConcurrentStreams bounds the requests in flight on one connection.
 	MaxConcurrentStreams uint32
+	// StreamWorkers is how many request goroutines the gRPC server keeps
+	// between requests; 0 for the default (streamWorkers).
+	StreamWorkers uint32
 	// DrainDelay is how long Shutdown keeps serving after readiness turns
 	// false, so load balancers stop sending before connections close.
 	DrainDelay time.Duration
@@ -193,7 +197,7 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 		// core: under load that copying was about a seventh of the
 		// server's CPU. Workers keep their grown stacks; when all are busy
 		// grpc-go starts a goroutine as before.
-		grpc.NumStreamWorkers(streamWorkers()),
+		grpc.NumStreamWorkers(cmp.Or(o.StreamWorkers, streamWorkers())),
 		grpc.ForceServerCodecV2(newCodec()),
 	)
 }
@@ -204,7 +208,11 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 // flight, not as CPUs are: 64 callers on 2 CPUs with 32 workers sent half
 // the requests to fresh goroutines, whose stack growth was 5% of the
 // server's CPU. A parked worker costs only its stack (the GC shrinks idle
-// ones).
+// ones). That shrinking is what a worker count costs a lone request:
+// grpc-go hands it to the longest-idle worker, whose stack has been shrunk
+// meanwhile and grows again (a seventh of a forwarding entry's CPU per
+// lone request); ServerOptions.StreamWorkers lowers the count for such an
+// allocator.
 func streamWorkers() uint32 { return uint32(max(32*runtime.GOMAXPROCS(0), 256)) }
 
 // Listen binds the addresses. Use ":0" ports to let the system choose, then

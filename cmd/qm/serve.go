@@ -84,6 +84,7 @@ type serveFlags struct {
 	timeout                  time.Duration
 	maxRequestBytes          int
 	maxStreams               uint
+	grpcWorkers              uint
 	syncTimeout              time.Duration
 	pprof                    bool
 }
@@ -126,6 +127,7 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles (CPU, heap, mutex, block) under /debug/pprof/ on --http-addr, for go tool pprof")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
 	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
+	fs.UintVar(&f.grpcWorkers, "grpc-workers", 0, "gRPC request goroutines kept between requests (0: 32 per CPU, at least 256, for many callers; a few suit an allocator that mostly sees one request at a time, such as a forwarding entry)")
 	fs.DurationVar(&f.syncTimeout, "sync-timeout", defaultSyncTimeout, "--backend kubernetes: give up (exit 1, naming the reason) when the GameServer cache has not synced after this long; 0 waits until stopped")
 	return fs
 }
@@ -140,6 +142,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var code codes.Code
 	if err := code.UnmarshalJSON([]byte(`"` + strings.ToUpper(camelToSnake(f.unallocated)) + `"`)); err != nil {
 		return usageFail(stderr, "serve", usage, "--unallocated-code %q is not a gRPC code name (e.g. ResourceExhausted)", f.unallocated)
+	}
+	if f.grpcWorkers > 1<<16 {
+		return usageFail(stderr, "serve", usage, "--grpc-workers %d: at most 65536", f.grpcWorkers)
 	}
 	if f.maxStreams > 1<<31 || f.maxRequestBytes <= 0 {
 		return usageFail(stderr, "serve", usage, "--max-concurrent-streams and --max-request-bytes must be positive and sensible")
@@ -292,7 +297,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	srv, err := allocator.NewServer(allocator.ServerOptions{
 		Service: svc, TLS: tlsSrv, Addr: f.addr, RESTAddr: f.restAddr, HTTPAddr: f.httpAddr,
 		Gatherer: reg, Logger: log, MaxRequestBytes: f.maxRequestBytes,
-		MaxConcurrentStreams: uint32(f.maxStreams), DrainDelay: f.drainDelay, Pprof: f.pprof,
+		MaxConcurrentStreams: uint32(f.maxStreams), StreamWorkers: uint32(f.grpcWorkers), DrainDelay: f.drainDelay, Pprof: f.pprof,
 	})
 	if err != nil {
 		return err

@@ -142,6 +142,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"--tls-dir", t.TempDir()},
 		{"--fleets", "/does/not/exist", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 		{"extra"},
+		{"--grpc-workers", "70000"},
+		{"--grpc-workers", "-1"},
 		{"--backend", "kubernetes", "--kubeconfig", "/does/not/exist", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 		{"--backend", "kubernetes", "--fleets", "x.yaml", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 	} {
