@@ -8,9 +8,11 @@ import (
 	"encoding/pem"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -327,6 +329,18 @@ func TestStopDirHalfMade(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = p.Stop(time.Second) })
+		// The process must show its command line before StopDir can see
+		// it: this failed once in CI under load, StopDir finding nobody
+		// just after the start.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if pids, _ := processesUsing(dir); slices.Contains(pids, p.Pid()) {
+				break
+			}
+			if time.Now().After(deadline) {
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.Pid()))
+				t.Fatalf("process %d never showed %s in its command line: %q, %v", p.Pid(), dir, b, err)
+			}
+		}
 		err = StopDir(dir, time.Second)
 		if err == nil || !strings.Contains(err.Error(), strconv.Itoa(p.Pid())) {
 			t.Errorf("got %v, want a refusal naming process %d", err, p.Pid())
