@@ -13,6 +13,9 @@ import (
 
 // cited matches a mention of a Markdown document under docs/, with or
 // without the directory: "docs/architecture.md" or a bare "architecture.md".
+// docPath is where the document called name lives in the repository.
+func docPath(name string) string { return "docs/" + name + ".md" }
+
 var cited = regexp.MustCompile(`(docs/)?\b([a-z][a-z0-9-]*)\.md\b`)
 
 // skipDirs are not the project's text: build output, state, VCS, fixtures
@@ -39,7 +42,7 @@ func TestCitedDocsExist(t *testing.T) {
 	}
 	for _, must := range []string{"architecture", "agones-compat", "local-clusters", "allocation"} {
 		if !ours[must] {
-			t.Errorf("docs/%s.md is missing", must)
+			t.Errorf("%s is missing", docPath(must))
 		}
 	}
 
@@ -69,9 +72,9 @@ func TestCitedDocsExist(t *testing.T) {
 				withDir := len(m[1]) > 0
 				switch {
 				case withDir && !ours[name]:
-					t.Errorf("%s:%d cites docs/%s.md, which the repository does not carry", rel, i+1, name)
+					t.Errorf("%s:%d cites %s, which the repository does not carry", rel, i+1, docPath(name))
 				case !withDir && ours[name] && !inDocs:
-					t.Errorf("%s:%d cites %s.md without docs/: say docs/%s.md", rel, i+1, name, name)
+					t.Errorf("%s:%d cites %s without docs/: say %s", rel, i+1, name+".md", docPath(name))
 				}
 			}
 		}

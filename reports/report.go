@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 )
 
+// markdownExt is the Markdown summary's file extension.
+const markdownExt = ".md"
+
 // Output file names inside the output directory.
 const (
 	HTMLFile     = "index.html"
-	MarkdownFile = "summary.md"
+	MarkdownFile = "summary" + markdownExt
 	JSONFile     = "comparison.json"
 )
 

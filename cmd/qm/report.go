@@ -25,7 +25,7 @@ const reportUsage = `usage: qm report [--baseline DIR] [--out DIR] [--quiet] RES
 Reads results (go test -bench output, qm sim --out and qm load --out JSON),
 compares them with the baseline in DIR (its result files and
 thresholds.yaml), and writes OUT/index.html (plots and tables, one
-self-contained file), OUT/summary.md (printed too) and OUT/comparison.json.
+self-contained file), OUT/` + reports.MarkdownFile + ` (printed too) and OUT/comparison.json.
 Exits 1 when a gated figure regressed or an expectation failed, naming it.
 
 `
@@ -35,7 +35,7 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("qm report", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	baseline := fs.String("baseline", "", "baseline directory: result files and thresholds.yaml (none: report only, no gate)")
-	out := fs.String("out", "report", "directory to write index.html, summary.md and comparison.json into")
+	out := fs.String("out", "report", "directory to write index.html, "+reports.MarkdownFile+" and comparison.json into")
 	quiet := fs.Bool("quiet", false, "do not print the summary; only regressions and errors")
 	title := fs.String("title", "", "the page's title")
 	usage := func(w io.Writer) {

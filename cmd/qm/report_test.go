@@ -46,7 +46,7 @@ func TestReportCommandPasses(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(out, reports.MarkdownFile))
 	if string(md) != stdout {
-		t.Error("summary.md is not what was printed")
+		t.Errorf("%s is not what was printed", reports.MarkdownFile)
 	}
 }
 
