@@ -72,10 +72,11 @@ var decodedPool = sync.Pool{New: func() any { return new(decodedRequest) }}
 
 // serveFromPool is allocateDirect for a request decoded into a pooled
 // decodedRequest. It goes back to the pool once its handler has returned,
-// unless it is a multi-cluster request: forwarding keeps the request as
-// sent (d.in). Nothing else keeps it: Normalize copies what the core holds
-// on to, and the answer is the allocated server's own. Only the struct is
-// reused; the maps it held are dropped with it.
+// unless it holds a multi-cluster request: forwarding reads the request as
+// sent (d.in). Nothing else keeps the struct: Normalize copies it, and the
+// answer is the allocated server's own. Only the struct is reused; the maps
+// it held (which an allocated server may go on sharing) are dropped with
+// it, never refilled.
 func serveFromPool(ctx context.Context, g *grpcAllocation, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	d := decodedPool.Get().(*decodedRequest)
 	d.g = g

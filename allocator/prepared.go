@@ -99,21 +99,17 @@ func (c *requestCache) put(b []byte, req *core.Request, in *allocation.Allocatio
 	}
 	h := maphash.Bytes(c.seed, b)
 	c.mu.Lock()
-	slot := &c.seen[h%seenSlots]
-	if *slot != h {
+	defer c.mu.Unlock()
+	if slot := &c.seen[h%seenSlots]; *slot != h {
 		*slot = h
-		c.mu.Unlock()
 		return nil
 	}
-	c.mu.Unlock()
 	p := &preparedRequest{req: *req, in: in}
 	p.req.Selectors = append([]core.Selector(nil), req.Selectors...)
 	p.req.Preferred = append([]core.Selector(nil), req.Preferred...)
-	c.mu.Lock()
 	if len(c.m) >= maxPreparedRequests {
 		clear(c.m)
 	}
 	c.m[string(b)] = p
-	c.mu.Unlock()
 	return p
 }
