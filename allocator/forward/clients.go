@@ -97,6 +97,14 @@ func newClients(connectTimeout time.Duration, opts []grpc.DialOption) *clients {
 // (lazily: grpc connects on the first call) when there is none for this
 // version, or when fresh is set (the one cached is then retired). The
 // caller must put it back with put.
+// The flow-control windows of the connections to remote allocators: those
+// of allocator.StreamWindowBytes and ConnWindowBytes (this package cannot
+// import allocator, which imports it).
+const (
+	streamWindowBytes = 1 << 20
+	connWindowBytes   = 4 << 20
+)
+
 func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool) (*client, error) {
 	ref := clientRef{endpoint: endpoint, secret: sec.Namespace + "/" + sec.Name, serverCA: cs.caDigest(serverCA)}
 	cs.mu.Lock()
@@ -127,6 +135,10 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool)
 		}),
 		// The remote's answer is decoded by hand (codec.go).
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newClientCodec())),
+		// Fixed windows, as allocator.Server's: grpc-go's dynamic ones
+		// cost every lone answer a WINDOW_UPDATE, a PING and its ACK.
+		grpc.WithInitialWindowSize(streamWindowBytes),
+		grpc.WithInitialConnWindowSize(connWindowBytes),
 	}, cs.dialOpts...)
 	cc, err := grpc.NewClient(endpoint, opts...)
 	if err != nil {

@@ -1,12 +1,21 @@
 package forward
 
 import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/certs"
 )
 
@@ -117,5 +126,130 @@ func TestCADigest(t *testing.T) {
 	}
 	if cs.caDigest(a) != da {
 		t.Fatal("digest changed for unchanged bytes")
+	}
+}
+
+// A lone forwarded request must not cost a flow-control round trip:
+// grpc-go's dynamic window answers each DATA frame received while no PING
+// is out with a WINDOW_UPDATE and a PING, so with one request at a time
+// every answer from the remote cost the entry two more writes and the
+// remote a read and a write. The remote here is HTTP/2 by hand over TLS;
+// it counts what the forwarder's client sends before the third request
+// (the PING for an answer is queued before the caller sees the answer,
+// so it would come before the next request).
+func TestClientSendsNoFlowControlPings(t *testing.T) {
+	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ca.IssueServer([]string{"localhost", "127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := srv.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}, ClientAuth: tls.RequireAnyClientCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type seen struct {
+		pings, windowUpdates int
+		err                  error
+	}
+	result := make(chan seen, 1)
+	go func() {
+		var s seen
+		defer func() { result <- s }()
+		conn, err := ln.Accept()
+		if err != nil {
+			s.err = err
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.ReadFull(conn, make([]byte, len(http2.ClientPreface))); err != nil {
+			s.err = err
+			return
+		}
+		fr := http2.NewFramer(conn, conn)
+		_ = fr.WriteSettings()
+		answer, _ := proto.Marshal(&allocation.AllocationResponse{GameServerName: "gs-1"})
+		body := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(answer)))
+		body = append(body, answer...)
+		var hb bytes.Buffer
+		enc := hpack.NewEncoder(&hb)
+		block := func(fields ...string) []byte {
+			hb.Reset()
+			for i := 0; i < len(fields); i += 2 {
+				_ = enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+			}
+			return append([]byte(nil), hb.Bytes()...)
+		}
+		for requests := 0; requests < 3; {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				s.err = err
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					s.pings++
+					_ = fr.WritePing(true, f.Data)
+				}
+			case *http2.WindowUpdateFrame:
+				if f.StreamID != 0 || requests > 0 {
+					s.windowUpdates++ // (the first, for the connection, raises its initial window)
+				}
+			case *http2.DataFrame:
+				if !f.StreamEnded() {
+					continue
+				}
+				requests++
+				if requests == 3 {
+					return // what came before the third request is counted
+				}
+				id := f.StreamID
+				_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, BlockFragment: block(":status", "200", "content-type", "application/grpc")})
+				_ = fr.WriteData(id, false, body)
+				_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, EndStream: true, BlockFragment: block("grpc-status", "0")})
+			}
+		}
+	}()
+
+	kp, err := ca.IssueClient("entry", certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{SecretCertKey: kp.CertPEM, SecretKeyKey: kp.KeyPEM, SecretCAKey: ca.CertPEM}
+	cs := newClients(5*time.Second, nil)
+	defer cs.close()
+	c, err := cs.get(ln.Addr().String(), Secret{Namespace: "default", Name: "s", Data: data, Version: SecretVersion(data)}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.put(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		resp, err := c.api.Allocate(ctx, &allocation.AllocationRequest{Namespace: "default"})
+		if err != nil || resp.GetGameServerName() != "gs-1" {
+			t.Fatalf("call %d: %v, %v", i+1, resp, err)
+		}
+	}
+	go func() { _, _ = c.api.Allocate(ctx, &allocation.AllocationRequest{Namespace: "default"}) }() // the barrier; never answered
+	s := <-result
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	if s.pings != 0 || s.windowUpdates != 0 {
+		t.Errorf("the client sent %d PINGs and %d WINDOW_UPDATEs after two small answers, want none", s.pings, s.windowUpdates)
 	}
 }

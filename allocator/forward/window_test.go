@@ -253,16 +253,25 @@ func TestNoHalfSwitchedSet(t *testing.T) {
 	seen := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	// At least 500 requests each, and on until both sides were seen: on a
+	// loaded machine the flipping goroutine may not run at all during the
+	// first 2,000.
+	crossed := func() bool { return seen["day"] > 0 && seen["evening"] > 0 }
+	deadline := time.Now().Add(30 * time.Second)
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 500 {
+			for i := 0; ; i++ {
 				_, err := f.Allocate(context.Background(), req, 1, refusingLocal)
 				got := strings.Join(triedClusters(err), ",")
 				mu.Lock()
 				seen[got]++
+				done := i >= 500 && (crossed() || time.Now().After(deadline))
 				mu.Unlock()
+				if done {
+					return
+				}
 			}
 		}()
 	}
