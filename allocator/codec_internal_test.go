@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
@@ -417,5 +420,64 @@ func TestPreparedMultiClusterRequests(t *testing.T) {
 		if d.prep != nil && d.prep.valid.Load() {
 			t.Fatalf("send %d: an invalid request was marked valid", i)
 		}
+	}
+}
+
+// memoRecorder is a MultiCluster that records the Memo each request came
+// with and answers with a server of its own.
+type memoRecorder struct {
+	mu    sync.Mutex
+	memos []*forward.Memo
+}
+
+func (m *memoRecorder) AllocateFor(_ context.Context, _ string, _ *allocation.AllocationRequest, memo *forward.Memo, _ uint64, _ forward.Local) (*allocation.AllocationResponse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.memos = append(m.memos, memo)
+	return &allocation.AllocationResponse{GameServerName: "remote-1", Source: "127.0.0.1:9"}, nil
+}
+func (m *memoRecorder) Release(context.Context, string, *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	return nil, nil
+}
+func (m *memoRecorder) Crossed(context.Context) error { return nil }
+func (m *memoRecorder) ClusterOf(string) string       { return "" }
+
+// TestPreparedRequestsCarryTheirMemo: a multi-cluster request sent again
+// reaches the forwarder with its prepared request's Memo, the same one
+// every time, so that it is forwarded as encoded the first time; one not
+// (yet) prepared comes with none.
+func TestPreparedRequestsCarryTheirMemo(t *testing.T) {
+	rec := &memoRecorder{}
+	svc, err := NewService(Options{Backend: indexBackend{core.NewIndex()}, MultiCluster: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCodec()
+	b, err := proto.Marshal(&allocation.AllocationRequest{
+		MultiClusterSetting: &allocation.MultiClusterSetting{Enabled: true},
+		GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "a"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var preps []*preparedRequest
+	for i := range 3 {
+		d := new(decodedRequest)
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, d); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, _, err := svc.multiCluster(context.Background(), "dev", "default", d.in, d.req, d.prep); err != nil {
+			t.Fatalf("send %d: %v", i+1, err)
+		}
+		preps = append(preps, d.prep)
+	}
+	if len(rec.memos) != 3 {
+		t.Fatalf("%d requests reached the forwarder, want 3", len(rec.memos))
+	}
+	if rec.memos[0] != nil {
+		t.Error("the first sending, not prepared, came with a Memo")
+	}
+	if preps[1] == nil || rec.memos[1] != &preps[1].memo || rec.memos[2] != rec.memos[1] {
+		t.Error("the prepared request's sendings did not come with its Memo, the same each time")
 	}
 }

@@ -20,8 +20,10 @@ import (
 // one implementation.
 type MultiCluster interface {
 	// AllocateFor serves identity's request, calling local for entries
-	// of this cluster; seed orders clusters of equal priority.
-	AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, seed uint64, local forward.Local) (*allocation.AllocationResponse, error)
+	// of this cluster; seed orders clusters of equal priority. memo, if
+	// not nil, belongs to in (a prepared request's), for what in becomes
+	// when forwarded.
+	AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, memo *forward.Memo, seed uint64, local forward.Local) (*allocation.AllocationResponse, error)
 	// Release gives back, for identity, a server a request was forwarded
 	// for: at the remote allocator in.Source names.
 	Release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error)
@@ -79,7 +81,11 @@ func (s *Service) multiCluster(ctx context.Context, identity, ns string, in *all
 		}
 		return resp, err
 	}
-	resp, err := s.multi.AllocateFor(ctx, identity, in, s.seed(), local)
+	var memo *forward.Memo
+	if prep != nil && prep.in == in {
+		memo = &prep.memo
+	}
+	resp, err := s.multi.AllocateFor(ctx, identity, in, memo, s.seed(), local)
 	if err != nil {
 		return ns, "", nil, retries, err
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
@@ -38,6 +39,8 @@ type preparedRequest struct {
 	// only read), nil for any other; valid says it passed validation once.
 	in    *allocation.AllocationRequest
 	valid atomic.Bool
+	// memo is in's forwarded encodings (forward.Memo).
+	memo forward.Memo
 }
 
 // normalizedRequest is what the service made of a prepared request for one

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -251,5 +252,26 @@ func TestClientSendsNoFlowControlPings(t *testing.T) {
 	}
 	if s.pings != 0 || s.windowUpdates != 0 {
 		t.Errorf("the client sent %d PINGs and %d WINDOW_UPDATEs after two small answers, want none", s.pings, s.windowUpdates)
+	}
+}
+
+// A Memo keeps at most maxMemoEntries encodings, dropping the oldest.
+func TestMemoBound(t *testing.T) {
+	var m Memo
+	req := &allocation.AllocationRequest{Namespace: "x"}
+	for i := range maxMemoEntries + 2 {
+		if m.encode(strconv.Itoa(i), "ns", req) == nil {
+			t.Fatal("a request did not encode")
+		}
+	}
+	if n := len(*m.entries.Load()); n != maxMemoEntries {
+		t.Fatalf("%d entries, want %d", n, maxMemoEntries)
+	}
+	if m.get("0", "ns") != nil || m.get("1", "ns") != nil || m.get(strconv.Itoa(maxMemoEntries+1), "ns") == nil || m.get("2", "other") != nil {
+		t.Error("kept the wrong entries")
+	}
+	var none *Memo
+	if none.get("a", "ns") != nil {
+		t.Error("a nil Memo had an entry")
 	}
 }

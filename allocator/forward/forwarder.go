@@ -306,13 +306,15 @@ func (t try) String() string {
 // entries. Errors are gRPC status errors. The remote allocators are not
 // told whom the request is for (AllocateFor does tell them).
 func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationRequest, seed uint64, local Local) (*allocation.AllocationResponse, error) {
-	return f.AllocateFor(ctx, "", in, seed, local)
+	return f.AllocateFor(ctx, "", in, nil, seed, local)
 }
 
 // AllocateFor is Allocate for the caller identity: the servers remote
 // allocators make carry it (ForwardedForAnnotation), so that the caller,
 // and no other caller of this allocator, can Release them through it.
-func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, seed uint64, local Local) (*allocation.AllocationResponse, error) {
+// memo, if not nil, is in's own (see Memo): a request sent again is
+// forwarded as encoded the first time.
+func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, memo *Memo, seed uint64, local Local) (*allocation.AllocationResponse, error) {
 	if err := f.Crossed(ctx); err != nil {
 		return nil, err
 	}
@@ -357,7 +359,7 @@ func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *alloca
 		if p.Connection.IsLocal() {
 			resp, t = f.tryLocal(ctx, p, in, ns, local)
 		} else {
-			resp, t = f.tryRemote(ctx, p, in, ns, hops, identity)
+			resp, t = f.tryRemote(ctx, p, in, memo, ns, hops, identity)
 		}
 		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
 		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
@@ -424,7 +426,7 @@ func (f *Forwarder) tryLocal(ctx context.Context, p core.Policy, in *allocation.
 // moves to the next endpoint; a round in which no endpoint answered is
 // repeated after a backoff while retries and the caller's deadline allow.
 // Any answer from an allocator ends the cluster's turn at once.
-func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, ns, hops, identity string) (*allocation.AllocationResponse, try) {
+func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, memo *Memo, ns, hops, identity string) (*allocation.AllocationResponse, try) {
 	t := try{cluster: p.Connection.ClusterName, where: where(p)}
 	misconfig := func(format string, args ...any) (*allocation.AllocationResponse, try) {
 		t.out, t.code = outMisconfig, codes.FailedPrecondition
@@ -452,8 +454,19 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 	if p.Connection.Namespace != "" {
 		target = p.Connection.Namespace
 	}
-	req := ForwardRequest(in, target)
-	f.forwardedFor(req, identity) // see release.go
+	var msg any
+	if m := memo.get(identity, target); m != nil {
+		msg = m
+	} else {
+		req := ForwardRequest(in, target)
+		f.forwardedFor(req, identity) // see release.go
+		msg = req
+		if memo != nil {
+			if m := memo.encode(identity, target, req); m != nil {
+				msg = m
+			}
+		}
+	}
 	var octx context.Context
 	if hops == f.self {
 		// A request no other allocator forwarded (the usual one): the
@@ -486,7 +499,8 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				// try already, without a timer and context per call.)
 				tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
 			}
-			resp, err := c.api.Allocate(tctx, req)
+			resp := new(allocation.AllocationResponse)
+			err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
 			if cancel != nil {
 				cancel()
 			}
