@@ -13,21 +13,22 @@ import (
 func TestFloorPercent(t *testing.T) {
 	const mi = 1 << 20
 	for _, c := range []struct {
-		live, floor uint64
-		want        int
+		live, roots, floor uint64
+		want               int
 	}{
-		{live: 2 * mi, floor: 64 * mi, want: 3100},  // the next collection at 64 MiB
-		{live: 16 * mi, floor: 64 * mi, want: 300},  // 16 × 4 = 64
-		{live: 40 * mi, floor: 64 * mi, want: 100},  // 60% would come sooner than the base
-		{live: 64 * mi, floor: 64 * mi, want: 100},  // at the floor
-		{live: 900 * mi, floor: 64 * mi, want: 100}, // past it
-		{live: 100, floor: 64 * mi, want: 10000},    // capped
-		{live: 0, floor: 64 * mi, want: 10000},      // nothing live yet
-		{live: 1 << 40, floor: 1 << 41, want: 100},  // large values do not overflow
+		{live: 2 * mi, floor: 64 * mi, want: 3100},                // the next collection at 64 MiB
+		{live: 2 * mi, roots: 2 * mi, floor: 64 * mi, want: 1550}, // stacks and globals count towards the goal
+		{live: 16 * mi, floor: 64 * mi, want: 300},                // 16 × 4 = 64
+		{live: 40 * mi, floor: 64 * mi, want: 100},                // 60% would come sooner than the base
+		{live: 64 * mi, floor: 64 * mi, want: 100},                // at the floor
+		{live: 900 * mi, floor: 64 * mi, want: 100},               // past it
+		{live: 100, floor: 64 * mi, want: 10000},                  // capped
+		{live: 0, floor: 64 * mi, want: 10000},                    // nothing live yet
+		{live: 1 << 40, floor: 1 << 41, want: 100},                // large values do not overflow
 		{live: 1 << 30, floor: 1 << 40, want: 10000},
 	} {
-		if got := floorPercent(c.live, c.floor, 100); got != c.want {
-			t.Errorf("floorPercent(live %d, floor %d) = %d, want %d", c.live, c.floor, got, c.want)
+		if got := floorPercent(c.live, c.roots, c.floor, 100); got != c.want {
+			t.Errorf("floorPercent(live %d, roots %d, floor %d) = %d, want %d", c.live, c.roots, c.floor, got, c.want)
 		}
 	}
 }
