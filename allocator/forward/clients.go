@@ -14,8 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
-
-	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 )
 
 // clientTLS builds the client TLS configuration of a connection Secret, as
@@ -68,7 +66,6 @@ type client struct {
 	ref     clientRef
 	version string
 	cc      *grpc.ClientConn
-	api     allocation.AllocationServiceClient
 
 	inflight int  // under clients.mu
 	retired  bool // replaced by a newer version; closed once idle
@@ -93,10 +90,6 @@ func newClients(connectTimeout time.Duration, opts []grpc.DialOption) *clients {
 	return &clients{byRef: map[clientRef]*client{}, connect: connectTimeout, dialOpts: opts}
 }
 
-// get returns the client for endpoint with sec's credentials, dialling
-// (lazily: grpc connects on the first call) when there is none for this
-// version, or when fresh is set (the one cached is then retired). The
-// caller must put it back with put.
 // The flow-control windows of the connections to remote allocators: those
 // of allocator.StreamWindowBytes and ConnWindowBytes (this package cannot
 // import allocator, which imports it).
@@ -105,6 +98,10 @@ const (
 	connWindowBytes   = 4 << 20
 )
 
+// get returns the client for endpoint with sec's credentials, dialling
+// (lazily: grpc connects on the first call) when there is none for this
+// version, or when fresh is set (the one cached is then retired). The
+// caller must put it back with put.
 func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool) (*client, error) {
 	ref := clientRef{endpoint: endpoint, secret: sec.Namespace + "/" + sec.Name, serverCA: cs.caDigest(serverCA)}
 	cs.mu.Lock()
@@ -144,7 +141,7 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: %v", endpoint, err)
 	}
-	nc := &client{ref: ref, version: sec.Version, cc: cc, api: allocation.NewAllocationServiceClient(cc)}
+	nc := &client{ref: ref, version: sec.Version, cc: cc}
 
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

@@ -239,13 +239,14 @@ func TestClientSendsNoFlowControlPings(t *testing.T) {
 	defer cs.put(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	api := allocation.NewAllocationServiceClient(c.cc)
 	for i := range 2 {
-		resp, err := c.api.Allocate(ctx, &allocation.AllocationRequest{Namespace: "default"})
+		resp, err := api.Allocate(ctx, &allocation.AllocationRequest{Namespace: "default"})
 		if err != nil || resp.GetGameServerName() != "gs-1" {
 			t.Fatalf("call %d: %v, %v", i+1, resp, err)
 		}
 	}
-	go func() { _, _ = c.api.Allocate(ctx, &allocation.AllocationRequest{Namespace: "default"}) }() // the barrier; never answered
+	go func() { _, _ = api.Allocate(ctx, &allocation.AllocationRequest{Namespace: "default"}) }() // the barrier; never answered
 	s := <-result
 	if s.err != nil {
 		t.Fatal(s.err)
