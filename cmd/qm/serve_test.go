@@ -144,6 +144,8 @@ func TestServeRefusesBadFlags(t *testing.T) {
 		{"extra"},
 		{"--grpc-workers", "70000"},
 		{"--grpc-workers", "-1"},
+		{"--gc-heap-floor", "12M"},
+		{"--gc-heap-floor", "-1Mi"},
 		{"--backend", "kubernetes", "--kubeconfig", "/does/not/exist", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 		{"--backend", "kubernetes", "--fleets", "x.yaml", "--state-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", ""},
 	} {
