@@ -74,8 +74,14 @@ type Options struct {
 	// Registerer takes the forwarder's metrics; none are registered when
 	// nil.
 	Registerer prometheus.Registerer
-	// DialOptions are added to every remote connection (tests).
+	// DialOptions are added to every grpc-go connection to a remote
+	// (tests); the direct HTTP/2 connections (GRPCClient) take none.
 	DialOptions []grpc.DialOption
+	// GRPCClient sends every forwarded request through grpc-go's client.
+	// By default a request goes over the forwarder's own HTTP/2
+	// connection (h2conn.go), which costs a lone request less, and only
+	// what that connection cannot take goes through grpc-go's.
+	GRPCClient bool
 }
 
 // Forwarder routes multi-cluster requests. It is safe for concurrent use.
@@ -92,6 +98,7 @@ type Forwarder struct {
 	m           *metrics
 	clients     *clients
 	windows     *windows // the policies in force now (window.go)
+	grpcOnly    bool     // Options.GRPCClient
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -165,6 +172,7 @@ func New(o Options) (*Forwarder, error) {
 		}
 	}
 	f.clients = newClients(f.tryTimeout, o.DialOptions)
+	f.grpcOnly = o.GRPCClient
 	f.probeCtx, f.stopProbes = context.WithCancel(context.Background())
 	f.selfMD = metadata.Pairs(HopsKey, f.self)
 	w, err := newWindows(f.src, f.clock, f.log, o.Registerer)
@@ -454,17 +462,22 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 	if p.Connection.Namespace != "" {
 		target = p.Connection.Namespace
 	}
+	// The request as sent: msg for grpc-go's client, framed (the message
+	// with its gRPC prefix) for the direct connection.
 	var msg any
+	var framed []byte
 	if m := memo.get(identity, target); m != nil {
-		msg = m
+		msg, framed = m, m.framed
 	} else {
 		req := ForwardRequest(in, target)
 		f.forwardedFor(req, identity) // see release.go
 		msg = req
 		if memo != nil {
 			if m := memo.encode(identity, target, req); m != nil {
-				msg = m
+				msg, framed = m, m.framed
 			}
+		} else if !f.grpcOnly {
+			framed, _ = frame(req) // on failure grpc-go's client reports the error
 		}
 	}
 	var octx context.Context
@@ -500,7 +513,18 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
 			}
 			resp := new(allocation.AllocationResponse)
-			err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
+			handled := false
+			if framed != nil && !f.grpcOnly {
+				var h *h2Conn
+				if h, err = c.direct(tctx, f.tryTimeout); err == nil {
+					handled, err = h.invoke(tctx, hops, framed, resp)
+				} else {
+					handled = true // could not connect: the try failed
+				}
+			}
+			if !handled {
+				err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
+			}
 			if cancel != nil {
 				cancel()
 			}

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
@@ -31,9 +32,24 @@ type memoEntry struct {
 	msg                 *encodedRequest
 }
 
-// encodedRequest is a forwarded request already encoded, as the client
-// codec sends it.
-type encodedRequest struct{ data mem.BufferSlice }
+// encodedRequest is a forwarded request already encoded: data as the
+// client codec gives it to grpc-go, framed with its gRPC message prefix
+// for the direct connection (the same bytes after the prefix).
+type encodedRequest struct {
+	data   mem.BufferSlice
+	framed []byte
+}
+
+// frame encodes req as a gRPC message: a zero byte (not compressed), the
+// length, the message.
+func frame(req *allocation.AllocationRequest) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 5, 5+proto.Size(req)), req)
+	if err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
+	return b, nil
+}
 
 func (m *Memo) get(identity, namespace string) *encodedRequest {
 	if m == nil {
@@ -53,11 +69,11 @@ func (m *Memo) get(identity, namespace string) *encodedRequest {
 // identity into namespace, and keeps it. It returns nil if req does not
 // encode (the caller then sends req itself, and its error surfaces there).
 func (m *Memo) encode(identity, namespace string, req *allocation.AllocationRequest) *encodedRequest {
-	b, err := proto.Marshal(req)
+	framed, err := frame(req)
 	if err != nil {
 		return nil
 	}
-	msg := &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
+	msg := &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(framed[5:])}, framed: framed}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var old []memoEntry

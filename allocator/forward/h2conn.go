@@ -1,0 +1,517 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+)
+
+// An h2Conn carries the forwarder's one call, AllocationService.Allocate,
+// over HTTP/2 by itself: the gRPC unary protocol (a POST, a 5-byte prefixed
+// message each way, the status in trailers) on one TLS connection. It
+// exists for a lone request's latency. grpc-go's client hands each call to
+// a writer goroutine and each answer through a reader goroutine and a
+// buffer to the caller; here the caller writes its request itself (one
+// write), and the reader goroutine hands it the answer. Anything unusual
+// (a request larger than the remote's stream window, the connection's
+// send window or stream limit exhausted, the connection going away) is
+// left to grpc-go's client: invoke says so before sending anything.
+type h2Conn struct {
+	endpoint string
+	nc       net.Conn
+	rfr      *http2.Framer // the reader goroutine's
+
+	wmu     sync.Mutex // the write side, and the peer's settings
+	bw      *bufio.Writer
+	wfr     *http2.Framer
+	henc    *hpack.Encoder
+	hbuf    bytes.Buffer
+	nextID  uint32
+	sendWin int64 // the connection's send window
+	peer    h2Settings
+
+	mu      sync.Mutex
+	streams map[uint32]*h2Call
+	closed  bool        // takes no new calls
+	dead    atomic.Bool // closed, for usable without the lock
+	err     error
+
+	recvUnacked uint32        // connection-level bytes read and not yet returned (reader only)
+	reads       atomic.Uint64 // frames read
+}
+
+// h2Settings are the remote's HTTP/2 settings that bound what is sent.
+type h2Settings struct {
+	streamWindow, maxFrame, maxStreams uint32
+}
+
+// h2Call is one call in flight. The reader goroutine fills it; the caller
+// reads it once done is closed.
+type h2Call struct {
+	done        chan struct{}
+	httpStatus  string
+	contentType string
+	grpcStatus  string
+	grpcMessage string
+	data        []byte
+	recv        uint32 // stream-level bytes read and not yet returned
+	err         error  // the connection failed or the stream was reset
+}
+
+const (
+	allocateMethod = "/allocation.AllocationService/Allocate"
+	// Windows are returned once half is used.
+	h2ConnUpdateAt   = connWindowBytes / 2
+	h2StreamUpdateAt = streamWindowBytes / 2
+	h2MaxStreamID    = 1<<31 - 1
+)
+
+// dialH2 opens a connection to endpoint with cfg (mutual TLS, as the
+// Secret says) and starts its reader.
+func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, error) {
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"h2"}
+	d := tls.Dialer{Config: cfg}
+	nc, err := d.DialContext(ctx, "tcp", endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if p := nc.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		_ = nc.Close()
+		return nil, fmt.Errorf("%s does not speak HTTP/2 over TLS (ALPN %q)", endpoint, p)
+	}
+	c := &h2Conn{
+		endpoint: endpoint,
+		nc:       nc,
+		bw:       bufio.NewWriterSize(nc, 16<<10),
+		nextID:   1,
+		sendWin:  65535, // HTTP/2's initial windows, until the remote says otherwise
+		peer:     h2Settings{streamWindow: 65535, maxFrame: 16384, maxStreams: 1 << 31},
+		streams:  map[uint32]*h2Call{},
+	}
+	c.wfr = http2.NewFramer(c.bw, nil)
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.henc.SetMaxDynamicTableSizeLimit(0)
+	c.rfr = http2.NewFramer(nil, bufio.NewReaderSize(nc, 16<<10))
+	c.rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.rfr.MaxHeaderListSize = 1 << 20
+
+	_, err = c.bw.WriteString(http2.ClientPreface)
+	if err == nil {
+		err = c.wfr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindowBytes})
+	}
+	if err == nil {
+		err = c.wfr.WriteWindowUpdate(0, connWindowBytes-65535)
+	}
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// invoke sends framed (a gRPC message with its prefix) with the hops
+// metadata and decodes the answer into resp. handled is false when the
+// connection cannot take the call as it stands (see h2Conn); nothing was
+// sent then. Errors are gRPC status errors.
+func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *allocation.AllocationResponse) (handled bool, _ error) {
+	call := &h2Call{done: make(chan struct{})}
+	c.wmu.Lock()
+	block := c.headers(ctx, hops)
+	c.mu.Lock()
+	n := uint32(len(framed))
+	if c.closed || uint32(len(c.streams)) >= c.peer.maxStreams || n > c.peer.streamWindow || int64(n) > c.sendWin ||
+		uint32(len(block)) > c.peer.maxFrame || c.nextID > h2MaxStreamID {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return false, nil
+	}
+	id := c.nextID
+	c.nextID += 2
+	c.streams[id] = call
+	c.mu.Unlock()
+	c.sendWin -= int64(n)
+	readsBefore := c.reads.Load()
+	err := c.writeCall(id, block, framed)
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(err)
+	}
+
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		c.cancel(id)
+		if c.reads.Load() == readsBefore {
+			// Not a frame from the remote since the call went out: the
+			// connection may be dead without knowing it (no keepalives
+			// here); the next call dials a new one.
+			c.fail(errors.New("no answer, and nothing else, before the caller's deadline"))
+		}
+		return true, status.FromContextError(ctx.Err()).Err()
+	}
+	return true, call.result(c.endpoint, resp)
+}
+
+// headers encodes a call's header block into hbuf, under wmu. The
+// encoder keeps no dynamic table (dialH2 sets its size to 0), so its
+// blocks never refer to earlier ones, and one left unsent (invoke may
+// still decline the call) puts nothing out of step.
+func (c *h2Conn) headers(ctx context.Context, hops string) []byte {
+	c.hbuf.Reset()
+	field := func(name, value string) { _ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: value}) }
+	field(":method", "POST")
+	field(":scheme", "https")
+	field(":path", allocateMethod)
+	field(":authority", c.endpoint)
+	field("content-type", "application/grpc")
+	field("te", "trailers")
+	if dl, ok := ctx.Deadline(); ok {
+		field("grpc-timeout", grpcTimeout(time.Until(dl)))
+	}
+	field(HopsKey, hops)
+	return c.hbuf.Bytes()
+}
+
+// writeCall writes a call's header block and message, under wmu.
+func (c *h2Conn) writeCall(id uint32, block, framed []byte) error {
+	if err := c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
+		return err
+	}
+	for rest := framed; ; {
+		chunk := rest[:min(uint32(len(rest)), c.peer.maxFrame)]
+		rest = rest[len(chunk):]
+		if err := c.wfr.WriteData(id, len(rest) == 0, chunk); err != nil {
+			return err
+		}
+		if len(rest) == 0 {
+			break
+		}
+	}
+	return c.bw.Flush()
+}
+
+// grpcTimeout writes d as gRPC's timeout header: at most eight digits and
+// a unit, rounded up.
+func grpcTimeout(d time.Duration) string {
+	if d <= 0 {
+		return "1n"
+	}
+	for _, u := range []struct {
+		unit time.Duration
+		tag  string
+	}{{time.Nanosecond, "n"}, {time.Microsecond, "u"}, {time.Millisecond, "m"}, {time.Second, "S"}, {time.Minute, "M"}} {
+		if v := (d + u.unit - 1) / u.unit; v < 1e8 {
+			return strconv.FormatInt(int64(v), 10) + u.tag
+		}
+	}
+	return strconv.FormatInt(int64((d+time.Hour-1)/time.Hour), 10) + "H"
+}
+
+// result is the call's answer, as grpc-go's client reads it: the HTTP
+// status and content type first, then grpc-status, then the message.
+func (call *h2Call) result(endpoint string, resp *allocation.AllocationResponse) error {
+	if call.err != nil {
+		return call.err
+	}
+	if call.httpStatus != "200" {
+		return status.Errorf(httpStatusCode(call.httpStatus), "unexpected HTTP status %s from %s", call.httpStatus, endpoint)
+	}
+	if ct := call.contentType; ct != "application/grpc" && !strings.HasPrefix(ct, "application/grpc+") && !strings.HasPrefix(ct, "application/grpc;") {
+		return status.Errorf(codes.Unknown, "unexpected content-type %q from %s", ct, endpoint)
+	}
+	if call.grpcStatus == "" {
+		return status.Errorf(codes.Internal, "%s ended the call without a grpc-status", endpoint)
+	}
+	code, err := strconv.ParseUint(call.grpcStatus, 10, 32)
+	if err != nil {
+		return status.Errorf(codes.Internal, "%s sent grpc-status %q", endpoint, call.grpcStatus)
+	}
+	if codes.Code(code) != codes.OK {
+		return status.Error(codes.Code(code), decodeGRPCMessage(call.grpcMessage))
+	}
+	b := call.data
+	if len(b) < 5 || b[0] != 0 || binary.BigEndian.Uint32(b[1:5]) != uint32(len(b)-5) {
+		return status.Errorf(codes.Internal, "%s sent a malformed or compressed message (%d bytes)", endpoint, len(b))
+	}
+	if err := decodeResponse(b[5:], resp); err != nil {
+		resp.Reset()
+		if err := proto.Unmarshal(b[5:], resp); err != nil {
+			return status.Errorf(codes.Internal, "decoding the answer of %s: %v", endpoint, err)
+		}
+	}
+	return nil
+}
+
+// httpStatusCode maps an HTTP status other than 200 to a gRPC code, as
+// gRPC's HTTP-to-gRPC status mapping does.
+func httpStatusCode(s string) codes.Code {
+	switch s {
+	case "400":
+		return codes.Internal
+	case "401":
+		return codes.Unauthenticated
+	case "403":
+		return codes.PermissionDenied
+	case "404":
+		return codes.Unimplemented
+	case "429", "502", "503", "504":
+		return codes.Unavailable
+	}
+	return codes.Unknown
+}
+
+// decodeGRPCMessage undoes grpc-message's percent-encoding.
+func decodeGRPCMessage(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// readLoop reads the connection until it fails: answers to their calls,
+// and the connection's own frames (settings, pings, windows, GOAWAY).
+func (c *h2Conn) readLoop() {
+	for {
+		f, err := c.rfr.ReadFrame()
+		if err != nil {
+			c.fail(fmt.Errorf("connection to %s: %w", c.endpoint, err))
+			return
+		}
+		c.reads.Add(1)
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if call := c.stream(f.StreamID); call != nil {
+				for _, hf := range f.Fields {
+					switch hf.Name {
+					case ":status":
+						call.httpStatus = hf.Value
+					case "content-type":
+						call.contentType = hf.Value
+					case "grpc-status":
+						call.grpcStatus = hf.Value
+					case "grpc-message":
+						call.grpcMessage = hf.Value
+					}
+				}
+				if f.StreamEnded() {
+					c.finish(f.StreamID, nil)
+				}
+			}
+		case *http2.DataFrame:
+			err = c.data(f)
+		case *http2.RSTStreamFrame:
+			code := codes.Internal
+			switch f.ErrCode {
+			case http2.ErrCodeRefusedStream:
+				code = codes.Unavailable
+			case http2.ErrCodeCancel:
+				code = codes.Canceled
+			}
+			c.finish(f.StreamID, status.Errorf(code, "%s reset the stream: %v", c.endpoint, f.ErrCode))
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				c.wmu.Lock()
+				_ = f.ForeachSetting(func(s http2.Setting) error {
+					switch s.ID {
+					case http2.SettingInitialWindowSize:
+						c.peer.streamWindow = s.Val
+					case http2.SettingMaxFrameSize:
+						c.peer.maxFrame = s.Val
+					case http2.SettingMaxConcurrentStreams:
+						c.peer.maxStreams = s.Val
+					}
+					return nil
+				})
+				err = c.wfr.WriteSettingsAck()
+				if err == nil {
+					err = c.bw.Flush()
+				}
+				c.wmu.Unlock()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				c.wmu.Lock()
+				err = c.wfr.WritePing(true, f.Data)
+				if err == nil {
+					err = c.bw.Flush()
+				}
+				c.wmu.Unlock()
+			}
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				c.wmu.Lock()
+				c.sendWin += int64(f.Increment)
+				c.wmu.Unlock()
+			}
+		case *http2.GoAwayFrame:
+			c.goAway(f.LastStreamID)
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("connection to %s: %w", c.endpoint, err))
+			return
+		}
+	}
+}
+
+// data takes a DATA frame: the message bytes to its call, and the windows
+// returned once half used.
+func (c *h2Conn) data(f *http2.DataFrame) error {
+	var update [2]uint32 // connection, stream
+	c.recvUnacked += f.Length
+	if c.recvUnacked >= h2ConnUpdateAt {
+		update[0], c.recvUnacked = c.recvUnacked, 0
+	}
+	if call := c.stream(f.StreamID); call != nil {
+		call.data = append(call.data, f.Data()...)
+		call.recv += f.Length
+		if call.recv >= h2StreamUpdateAt && !f.StreamEnded() {
+			update[1], call.recv = call.recv, 0
+		}
+		if f.StreamEnded() {
+			c.finish(f.StreamID, nil)
+		}
+	}
+	if update[0] == 0 && update[1] == 0 {
+		return nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if update[0] > 0 {
+		if err := c.wfr.WriteWindowUpdate(0, update[0]); err != nil {
+			return err
+		}
+	}
+	if update[1] > 0 {
+		if err := c.wfr.WriteWindowUpdate(f.StreamID, update[1]); err != nil {
+			return err
+		}
+	}
+	return c.bw.Flush()
+}
+
+func (c *h2Conn) stream(id uint32) *h2Call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams[id]
+}
+
+// finish ends call id, with err if the stream failed.
+func (c *h2Conn) finish(id uint32, err error) {
+	c.mu.Lock()
+	call := c.streams[id]
+	delete(c.streams, id)
+	drained := c.closed && len(c.streams) == 0
+	c.mu.Unlock()
+	if call != nil {
+		call.err = err
+		close(call.done)
+	}
+	if drained {
+		_ = c.nc.Close() // gone away, and nothing left in flight
+	}
+}
+
+// cancel gives up on call id (its caller's context ended) and tells the
+// remote, unless the answer came first.
+func (c *h2Conn) cancel(id uint32) {
+	c.mu.Lock()
+	_, open := c.streams[id]
+	delete(c.streams, id)
+	c.mu.Unlock()
+	if !open {
+		return
+	}
+	c.wmu.Lock()
+	err := c.wfr.WriteRSTStream(id, http2.ErrCodeCancel)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// goAway stops new calls; those the remote will not process fail as
+// Unavailable (a later try or the next endpoint takes them).
+func (c *h2Conn) goAway(last uint32) {
+	c.mu.Lock()
+	c.closed = true
+	c.dead.Store(true)
+	var refused []*h2Call
+	for id, call := range c.streams {
+		if id > last {
+			refused = append(refused, call)
+			delete(c.streams, id)
+		}
+	}
+	drained := len(c.streams) == 0
+	c.mu.Unlock()
+	for _, call := range refused {
+		call.err = status.Errorf(codes.Unavailable, "%s is going away and did not take the call", c.endpoint)
+		close(call.done)
+	}
+	if drained {
+		_ = c.nc.Close()
+	}
+}
+
+// fail closes the connection after an error: every call in flight fails
+// as Unavailable, as grpc-go's do when their transport breaks.
+func (c *h2Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.closed = true
+	c.dead.Store(true)
+	calls := c.streams
+	c.streams = map[uint32]*h2Call{}
+	c.mu.Unlock()
+	_ = c.nc.Close()
+	for _, call := range calls {
+		call.err = status.Errorf(codes.Unavailable, "%v", err)
+		close(call.done)
+	}
+}
+
+// usable reports whether the connection takes new calls.
+func (c *h2Conn) usable() bool { return !c.dead.Load() }
+
+// close ends the connection (its client was retired).
+func (c *h2Conn) close() { c.fail(errors.New("the client was closed")) }

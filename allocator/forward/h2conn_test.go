@@ -1,0 +1,401 @@
+package forward
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/certs"
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// fakeRemote is a remote allocator's AllocationService on a real grpc-go
+// server: it answers by the request's namespace.
+type fakeRemote struct {
+	allocation.UnimplementedAllocationServiceServer
+	hops     atomic.Value // the last call's HopsKey metadata
+	canceled chan struct{}
+	calls    atomic.Int64
+}
+
+const remoteFailMessage = "100% full: ünïcode\nand a second line"
+
+func (f *fakeRemote) Allocate(ctx context.Context, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
+	f.calls.Add(1)
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.hops.Store(strings.Join(md.Get(HopsKey), ","))
+	switch in.GetNamespace() {
+	case "fail":
+		return nil, status.Error(codes.ResourceExhausted, remoteFailMessage)
+	case "hang":
+		<-ctx.Done()
+		f.canceled <- struct{}{}
+		return nil, ctx.Err()
+	}
+	return &allocation.AllocationResponse{GameServerName: "gs-" + in.GetNamespace(), Address: "10.0.0.1",
+		Metadata: &allocation.AllocationResponse_GameServerMetadata{Labels: map[string]string{"ns": in.GetNamespace()}}}, nil
+}
+
+// startRemote serves a fakeRemote with mutual TLS on loopback, with
+// grpc-go's default settings (dynamic windows: it probes the link with
+// PINGs, which the direct connection must answer), and returns a client
+// for it as the forwarder builds one.
+func startRemote(t *testing.T) (*fakeRemote, *grpc.Server, *client) {
+	remote, srv, addr, sec := serveRemote(t)
+	cs := newClients(5*time.Second, nil)
+	t.Cleanup(cs.close)
+	c, err := cs.get(addr, sec, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.put(c) })
+	return remote, srv, c
+}
+
+// serveRemote starts the fakeRemote and returns its address and a Secret
+// that reaches it.
+func serveRemote(t *testing.T) (*fakeRemote, *grpc.Server, string, Secret) {
+	t.Helper()
+	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.IssueServer([]string{"localhost", "127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := kp.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{cert}, ClientCAs: ca.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert,
+	})))
+	remote := &fakeRemote{canceled: make(chan struct{}, 16)}
+	allocation.RegisterAllocationServiceServer(srv, remote)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	ckp, err := ca.IssueClient("entry", certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{SecretCertKey: ckp.CertPEM, SecretKeyKey: ckp.KeyPEM, SecretCAKey: ca.CertPEM}
+	return remote, srv, ln.Addr().String(), Secret{Namespace: "default", Name: "s", Data: data, Version: SecretVersion(data)}
+}
+
+// The forwarder sends over its own connection by default, and through
+// grpc-go's client only with GRPCClient; the remote answers both alike.
+func TestForwarderUsesDirectConn(t *testing.T) {
+	for _, grpcOnly := range []bool{false, true} {
+		remote, _, addr, sec := serveRemote(t)
+		store := NewStore(NewSet(map[string][]core.Policy{"default": {{
+			Name: "to-remote", Priority: 1, Weight: 1,
+			Connection: core.ConnectionInfo{ClusterName: "remote", Endpoints: []string{addr}, SecretName: sec.Name},
+		}}}, []Secret{sec}))
+		f, err := New(Options{Source: store, Self: "entry", GRPCClient: grpcOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		for _, memo := range []*Memo{nil, new(Memo)} {
+			resp, err := f.AllocateFor(ctx, "caller", &allocation.AllocationRequest{
+				Namespace: "default", MultiClusterSetting: &allocation.MultiClusterSetting{Enabled: true},
+			}, memo, 1, nil)
+			if err != nil || resp.GetGameServerName() != "gs-default" || resp.GetSource() != addr {
+				t.Fatalf("GRPCClient %v: %v, %v", grpcOnly, resp, err)
+			}
+		}
+		if got := remote.hops.Load(); got != "entry" {
+			t.Errorf("GRPCClient %v: the remote saw hops %q, want entry", grpcOnly, got)
+		}
+		f.clients.mu.Lock()
+		var direct *h2Conn
+		for _, c := range f.clients.byRef {
+			direct = c.h2.Load()
+		}
+		f.clients.mu.Unlock()
+		if (direct != nil) == grpcOnly {
+			t.Errorf("GRPCClient %v: direct connection %v", grpcOnly, direct != nil)
+		}
+		cancel()
+		f.Close()
+	}
+}
+
+func framedRequest(t *testing.T, ns string) []byte {
+	t.Helper()
+	b, err := frame(&allocation.AllocationRequest{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// The direct connection against a grpc-go server: answers, the remote's
+// errors with their messages, the hops metadata, the caller's deadline
+// (the remote sees the call canceled), and many calls at once.
+func TestDirectConn(t *testing.T) {
+	remote, _, c := startRemote(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := c.direct(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(ctx context.Context, ns string) (*allocation.AllocationResponse, error) {
+		resp := new(allocation.AllocationResponse)
+		handled, err := h.invoke(ctx, "here,there", framedRequest(t, ns), resp)
+		if !handled {
+			t.Fatalf("%s: the direct connection did not take the call", ns)
+		}
+		return resp, err
+	}
+
+	resp, err := call(ctx, "a")
+	if err != nil || resp.GetGameServerName() != "gs-a" || resp.GetMetadata().GetLabels()["ns"] != "a" {
+		t.Fatalf("got %v, %v", resp, err)
+	}
+	if got := remote.hops.Load(); got != "here,there" {
+		t.Errorf("the remote saw hops %q, want here,there", got)
+	}
+
+	_, err = call(ctx, "fail")
+	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || st.Message() != remoteFailMessage {
+		t.Errorf("the remote's error came back as %v %q", st.Code(), st.Message())
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = call(short, "hang")
+	cancelShort()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("past the caller's deadline: %v, want DeadlineExceeded", err)
+	}
+	select {
+	case <-remote.canceled:
+	case <-time.After(10 * time.Second):
+		t.Error("the remote's call was not canceled")
+	}
+
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				resp := new(allocation.AllocationResponse)
+				handled, err := h.invoke(ctx, "here", framedRequest(t, "b"), resp)
+				if !handled || err != nil || resp.GetGameServerName() != "gs-b" {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of 1,600 concurrent calls were not answered", n)
+	}
+	if !h.usable() {
+		t.Error("the connection is no longer usable")
+	}
+	again, err := c.direct(ctx, 5*time.Second)
+	if err != nil || again != h {
+		t.Errorf("a second call dialled again (%v)", err)
+	}
+}
+
+// What the direct connection cannot send it leaves to grpc-go's client,
+// sending nothing: here a request larger than the remote's stream window.
+func TestDirectConnLeavesLargeRequests(t *testing.T) {
+	remote, _, c := startRemote(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := c.direct(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.invoke(ctx, "here", framedRequest(t, "a"), new(allocation.AllocationResponse)); err != nil {
+		t.Fatal(err) // the remote's settings are in once it answered
+	}
+	big, err := frame(&allocation.AllocationRequest{Namespace: "a", Metadata: &allocation.MetaPatch{
+		Annotations: map[string]string{"big": strings.Repeat("x", 70_000)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := remote.calls.Load()
+	if handled, _ := h.invoke(ctx, "here", big, new(allocation.AllocationResponse)); handled {
+		t.Fatal("a request over the remote's 64 KiB stream window was taken")
+	}
+	h.mu.Lock()
+	inFlight := len(h.streams)
+	h.mu.Unlock()
+	if remote.calls.Load() != before || inFlight != 0 {
+		t.Error("a call left to grpc-go was sent or kept")
+	}
+}
+
+// A remote that goes away: the connection takes no new calls (the next
+// dials again); a remote that dies fails the calls in flight at once, as
+// Unavailable, instead of leaving them to their deadline.
+func TestDirectConnRemoteGoesAway(t *testing.T) {
+	_, srv, c := startRemote(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := c.direct(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.invoke(ctx, "here", framedRequest(t, "a"), new(allocation.AllocationResponse)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.invoke(ctx, "here", framedRequest(t, "hang"), new(allocation.AllocationResponse))
+		done <- err
+	}()
+	for h.stream(3) == nil { // the hanging call is in flight
+		time.Sleep(time.Millisecond)
+	}
+	srv.Stop() // GOAWAY, then the connection closes under the call
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("the call in flight ended with %v, want Unavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call in flight waited on after the remote died")
+	}
+	if h.usable() {
+		t.Error("the connection still takes calls")
+	}
+	if handled, _ := h.invoke(ctx, "here", framedRequest(t, "a"), new(allocation.AllocationResponse)); handled {
+		t.Error("a dead connection took a call")
+	}
+	if _, err := c.direct(ctx, time.Second); status.Code(err) != codes.Unavailable {
+		t.Errorf("dialling a remote that is gone: %v, want Unavailable", err)
+	}
+}
+
+func TestGRPCTimeout(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "1n", -time.Second: "1n", 1500 * time.Nanosecond: "1500n", 10 * time.Second: "10000000u",
+		150 * time.Second: "150000m", 30 * time.Hour: "108000S", 30000 * time.Hour: "1800000M",
+	} {
+		if got := grpcTimeout(d); got != want {
+			t.Errorf("grpcTimeout(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// An answer that is not a gRPC answer fails with the code grpc-go's
+// client gives it.
+func TestDirectCallResult(t *testing.T) {
+	ok := func(c h2Call) h2Call {
+		if c.httpStatus == "" {
+			c.httpStatus = "200"
+		}
+		if c.contentType == "" {
+			c.contentType = "application/grpc"
+		}
+		return c
+	}
+	msg, _ := frame(&allocation.AllocationRequest{}) // an empty message decodes as an empty answer
+	for _, c := range []struct {
+		name string
+		call h2Call
+		want codes.Code
+		says string
+	}{
+		{"answer", ok(h2Call{grpcStatus: "0", data: msg}), codes.OK, ""},
+		{"error", ok(h2Call{grpcStatus: "5", grpcMessage: "no %25 such%0Athing"}), codes.NotFound, "no % such\nthing"},
+		{"transport", h2Call{err: status.Error(codes.Unavailable, "gone")}, codes.Unavailable, "gone"},
+		{"HTTP 503", ok(h2Call{httpStatus: "503"}), codes.Unavailable, "HTTP status 503"},
+		{"HTTP 404", ok(h2Call{httpStatus: "404"}), codes.Unimplemented, "HTTP status 404"},
+		{"not gRPC", ok(h2Call{contentType: "text/html", grpcStatus: "0"}), codes.Unknown, "content-type"},
+		{"no status", ok(h2Call{data: msg}), codes.Internal, "without a grpc-status"},
+		{"bad status", ok(h2Call{grpcStatus: "x"}), codes.Internal, "grpc-status"},
+		{"compressed", ok(h2Call{grpcStatus: "0", data: append([]byte{1}, msg[1:]...)}), codes.Internal, "compressed"},
+		{"short", ok(h2Call{grpcStatus: "0", data: msg[:3]}), codes.Internal, "malformed"},
+	} {
+		err := c.call.result("remote:443", new(allocation.AllocationResponse))
+		st := status.Convert(err)
+		if st.Code() != c.want || !strings.Contains(st.Message(), c.says) {
+			t.Errorf("%s: %v %q, want %v saying %q", c.name, st.Code(), st.Message(), c.want, c.says)
+		}
+	}
+}
+
+// A connection that says nothing at all while a call waits out its
+// deadline is taken for dead (there are no keepalives to tell): the next
+// call dials a new one. The remote here speaks HTTP/2 by hand: its
+// settings, then silence.
+func TestDirectConnSilentRemote(t *testing.T) {
+	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := ca.IssueServer([]string{"127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := kp.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				_ = http2.NewFramer(conn, nil).WriteSettings()
+				_, _ = io.Copy(io.Discard, conn)
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := dialH2(ctx, ln.Addr().String(), &tls.Config{RootCAs: ca.CertPool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	for h.reads.Load() == 0 { // the remote's settings
+		time.Sleep(time.Millisecond)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	handled, err := h.invoke(short, "here", framedRequest(t, "a"), new(allocation.AllocationResponse))
+	if !handled || status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("handled %v, %v; want DeadlineExceeded", handled, err)
+	}
+	if h.usable() {
+		t.Error("a connection that said nothing until the deadline still takes calls")
+	}
+}
