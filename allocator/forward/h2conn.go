@@ -452,7 +452,12 @@ func (c *h2Conn) cancel(id uint32) {
 	c.mu.Lock()
 	_, open := c.streams[id]
 	delete(c.streams, id)
+	drained := c.closed && len(c.streams) == 0
 	c.mu.Unlock()
+	if drained {
+		_ = c.nc.Close() // gone away, and nothing left in flight
+		return
+	}
 	if !open {
 		return
 	}

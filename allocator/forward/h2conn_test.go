@@ -223,19 +223,28 @@ func TestDirectConn(t *testing.T) {
 	}
 }
 
-// What the direct connection cannot send it leaves to grpc-go's client,
-// sending nothing: here a request larger than the remote's stream window.
-func TestDirectConnLeavesLargeRequests(t *testing.T) {
-	remote, _, c := startRemote(t)
+// connected starts a remote and returns its client, with its direct
+// connection after one call answered (the remote's settings are in by
+// then), and a context for the test.
+func connected(t *testing.T) (*fakeRemote, *grpc.Server, *client, *h2Conn, context.Context) {
+	t.Helper()
+	remote, srv, c := startRemote(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	h, err := c.direct(ctx, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.invoke(ctx, "here", framedRequest(t, "a"), new(allocation.AllocationResponse)); err != nil {
-		t.Fatal(err) // the remote's settings are in once it answered
+		t.Fatal(err)
 	}
+	return remote, srv, c, h, ctx
+}
+
+// What the direct connection cannot send it leaves to grpc-go's client,
+// sending nothing: here a request larger than the remote's stream window.
+func TestDirectConnLeavesLargeRequests(t *testing.T) {
+	remote, _, _, h, ctx := connected(t)
 	big, err := frame(&allocation.AllocationRequest{Namespace: "a", Metadata: &allocation.MetaPatch{
 		Annotations: map[string]string{"big": strings.Repeat("x", 70_000)}}})
 	if err != nil {
@@ -257,16 +266,7 @@ func TestDirectConnLeavesLargeRequests(t *testing.T) {
 // dials again); a remote that dies fails the calls in flight at once, as
 // Unavailable, instead of leaving them to their deadline.
 func TestDirectConnRemoteGoesAway(t *testing.T) {
-	_, srv, c := startRemote(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	h, err := c.direct(ctx, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.invoke(ctx, "here", framedRequest(t, "a"), new(allocation.AllocationResponse)); err != nil {
-		t.Fatal(err)
-	}
+	_, srv, c, h, ctx := connected(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := h.invoke(ctx, "here", framedRequest(t, "hang"), new(allocation.AllocationResponse))
