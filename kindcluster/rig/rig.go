@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -200,7 +202,7 @@ func Up(ctx context.Context, t *Topology, opts Options) (_ *Rig, err error) {
 		for range *t.Spec.Clusters[i].Allocator.Replicas {
 			addr := "127.0.0.1:0"
 			if !r.dry {
-				if addr, err = freeAddr(); err != nil {
+				if addr, err = FreeAddr(); err != nil {
 					return nil, err
 				}
 			}
@@ -463,14 +465,49 @@ func (r *Rig) waitFleets(ctx context.Context, i int) error {
 	}
 }
 
-// freeAddr returns a loopback address with a port free right now.
-func freeAddr() (string, error) {
+// FreeAddr returns a loopback address nothing listens on, for a process
+// to listen on later (once the links to it exist, say). The port is closed
+// again in between, so it comes from below the kernel's ephemeral range
+// when it can: a port from that range (what port 0 gives) can be taken
+// meanwhile as the source port of any process's outgoing connection, and
+// the process meant for it then fails to start (seen in CI, with other
+// tests' processes connecting all the while).
+func FreeAddr() (string, error) {
+	low := ephemeralLow()
+	if low > minFixedPort+1000 {
+		for range 100 {
+			port := minFixedPort + mrand.IntN(low-minFixedPort)
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err == nil {
+				addr := ln.Addr().String()
+				_ = ln.Close()
+				return addr, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// minFixedPort is the lowest port freeAddr picks: above the well-known
+// and most registered services' ports.
+const minFixedPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // link starts a proxy from the callers to every allocator replica, and from

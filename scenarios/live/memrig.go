@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,7 +100,7 @@ func startRig(ctx context.Context, p *Plan, qm, dir string, seed uint64, log io.
 	// Ports first, so that the links, and the policies that name them,
 	// exist before the allocators start.
 	for _, c := range p.Clusters {
-		addr, err := freeAddr()
+		addr, err := rig.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +243,7 @@ func waitReady(ctx context.Context, file string, a *allocatorProc) error {
 		}
 		select {
 		case <-a.proc.Done():
-			return fmt.Errorf("exited before it was ready: %v", a.proc.Err())
+			return fmt.Errorf("exited before it was ready: %v; its log ends:\n%s", a.proc.Err(), logTail(a.logFile, 10))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -252,6 +252,16 @@ func waitReady(ctx context.Context, file string, a *allocatorProc) error {
 			return errors.New("not ready after a minute")
 		}
 	}
+}
+
+// logTail is the last n lines of a log file, for an error that outlives it.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // setDown switches a cluster's links (from the callers and from the
@@ -314,13 +324,4 @@ func (r *memRig) stop() {
 		}
 		wg.Wait()
 	})
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
