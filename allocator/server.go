@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 )
@@ -196,10 +197,10 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 		// link with a PING after each DATA frame received while none is
 		// out, so with one caller every request cost a WINDOW_UPDATE, a
 		// PING and its ACK besides the answer (two more writes here, a
-		// read and a write at the caller). Requests are small; these
-		// windows hold thousands in flight on any link.
-		grpc.InitialWindowSize(StreamWindowBytes),
-		grpc.InitialConnWindowSize(ConnWindowBytes),
+		// read and a write at the caller). The forwarder's connections use
+		// the same windows.
+		grpc.InitialWindowSize(forward.StreamWindowBytes),
+		grpc.InitialConnWindowSize(forward.ConnWindowBytes),
 		// A goroutine per request starts with a small stack and grows it
 		// (copying) on the way down through TLS, gRPC, the service and the
 		// core: under load that copying was about a seventh of the
@@ -209,16 +210,6 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 		grpc.ForceServerCodecV2(newCodec()),
 	)
 }
-
-// The gRPC flow-control windows of Server's connections and of the
-// forwarder's (allocator/forward sets the same): fixed, which turns off
-// grpc-go's per-message bandwidth probing, and large enough that they never
-// hold back messages of a few hundred bytes (4 MiB in flight per
-// connection is over 10,000 requests; on a 100 ms link, 40 MiB/s).
-const (
-	StreamWindowBytes = 1 << 20
-	ConnWindowBytes   = 4 << 20
-)
 
 // streamWorkers is how many request goroutines the gRPC server keeps. A
 // request holds one from its headers until its answer is written, and

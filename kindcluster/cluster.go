@@ -425,16 +425,17 @@ func (c *Cluster) poll(ctx context.Context, what string, p Process, logName stri
 }
 
 // logTail returns the last lines of one of the cluster's logs, for errors.
-func (c *Cluster) logTail(name string) string {
-	b, err := os.ReadFile(c.path(name))
+func (c *Cluster) logTail(name string) string { return TailFile(c.path(name), 20) }
+
+// TailFile returns the last n lines of a log file, for an error that
+// should say why a process stopped (and may outlive the file).
+func TailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return strings.Join(lines, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // LogTail returns the last lines of the etcd and kube-apiserver logs, for a

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,18 +21,57 @@ import (
 	"github.com/quartermaster-dev/quartermaster/certs"
 )
 
-func testSecret(t *testing.T, identity string) Secret {
+// testPKI is a CA and a loopback server certificate it issued, for the
+// remotes of these tests.
+type testPKI struct {
+	ca     *certs.Authority
+	server tls.Certificate
+}
+
+func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
 	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := ca.IssueClient(identity, certs.ValidFor(time.Now(), time.Hour))
+	kp, err := ca.IssueServer([]string{"localhost", "127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := map[string][]byte{SecretCertKey: kp.CertPEM, SecretKeyKey: kp.KeyPEM, SecretCAKey: ca.CertPEM}
+	cert, err := kp.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testPKI{ca: ca, server: cert}
+}
+
+// secret is a connection Secret (default/s) presenting identity and
+// trusting the CA.
+func (p *testPKI) secret(t *testing.T, identity string) Secret {
+	t.Helper()
+	kp, err := p.ca.IssueClient(identity, certs.ValidFor(time.Now(), time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{SecretCertKey: kp.CertPEM, SecretKeyKey: kp.KeyPEM, SecretCAKey: p.ca.CertPEM}
 	return Secret{Namespace: "default", Name: "s", Data: data, Version: SecretVersion(data)}
+}
+
+// h2Listener listens on loopback for TLS connections speaking HTTP/2,
+// with the server certificate; clientAuth as the test needs.
+func (p *testPKI) h2Listener(t *testing.T, clientAuth tls.ClientAuthType) net.Listener {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{p.server}, NextProtos: []string{"h2"}, ClientAuth: clientAuth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func testSecret(t *testing.T, identity string) Secret {
+	t.Helper()
+	return newTestPKI(t).secret(t, identity)
 }
 
 // A rotated Secret gets a new client; the old one carries the calls it has
@@ -139,23 +179,8 @@ func TestCADigest(t *testing.T) {
 // (the PING for an answer is queued before the caller sees the answer,
 // so it would come before the next request).
 func TestClientSendsNoFlowControlPings(t *testing.T) {
-	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ca.IssueServer([]string{"localhost", "127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := srv.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}, ClientAuth: tls.RequireAnyClientCert})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	pki := newTestPKI(t)
+	ln := pki.h2Listener(t, tls.RequireAnyClientCert)
 	type seen struct {
 		pings, windowUpdates int
 		err                  error
@@ -225,14 +250,9 @@ func TestClientSendsNoFlowControlPings(t *testing.T) {
 		}
 	}()
 
-	kp, err := ca.IssueClient("entry", certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := map[string][]byte{SecretCertKey: kp.CertPEM, SecretKeyKey: kp.KeyPEM, SecretCAKey: ca.CertPEM}
 	cs := newClients(5*time.Second, nil)
 	defer cs.close()
-	c, err := cs.get(ln.Addr().String(), Secret{Namespace: "default", Name: "s", Data: data, Version: SecretVersion(data)}, nil, false)
+	c, err := cs.get(ln.Addr().String(), pki.secret(t, "entry"), nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

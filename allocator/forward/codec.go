@@ -7,6 +7,7 @@ import (
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
@@ -42,14 +43,19 @@ func (c *clientCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	b := buf.ReadOnlyData()
+	return decodeAnswer(buf.ReadOnlyData(), resp)
+}
+
+// decodeAnswer decodes a remote's AllocationResponse by hand, or, for
+// anything the hand decoder does not know (a field added to the message,
+// unknown fields to keep), the proto library's way. resp keeps no part of
+// b.
+func decodeAnswer(b []byte, resp *allocation.AllocationResponse) error {
 	if decodeResponse(b, resp) == nil {
 		return nil
 	}
-	// Anything the hand decoder does not know (a field added to the
-	// message, unknown fields to keep): the proto library's way.
 	resp.Reset()
-	return c.proto.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, v)
+	return proto.Unmarshal(b, resp)
 }
 
 // Name is the proto codec's: the content-subtype is unchanged on the wire.

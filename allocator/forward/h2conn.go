@@ -19,7 +19,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 )
@@ -79,8 +78,8 @@ type h2Call struct {
 const (
 	allocateMethod = "/allocation.AllocationService/Allocate"
 	// Windows are returned once half is used.
-	h2ConnUpdateAt   = connWindowBytes / 2
-	h2StreamUpdateAt = streamWindowBytes / 2
+	h2ConnUpdateAt   = ConnWindowBytes / 2
+	h2StreamUpdateAt = StreamWindowBytes / 2
 	h2MaxStreamID    = 1<<31 - 1
 )
 
@@ -117,10 +116,10 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 	_, err = c.bw.WriteString(http2.ClientPreface)
 	if err == nil {
 		err = c.wfr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-			http2.Setting{ID: http2.SettingInitialWindowSize, Val: streamWindowBytes})
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: StreamWindowBytes})
 	}
 	if err == nil {
-		err = c.wfr.WriteWindowUpdate(0, connWindowBytes-65535)
+		err = c.wfr.WriteWindowUpdate(0, ConnWindowBytes-65535)
 	}
 	if err == nil {
 		err = c.bw.Flush()
@@ -257,11 +256,8 @@ func (call *h2Call) result(endpoint string, resp *allocation.AllocationResponse)
 	if len(b) < 5 || b[0] != 0 || binary.BigEndian.Uint32(b[1:5]) != uint32(len(b)-5) {
 		return status.Errorf(codes.Internal, "%s sent a malformed or compressed message (%d bytes)", endpoint, len(b))
 	}
-	if err := decodeResponse(b[5:], resp); err != nil {
-		resp.Reset()
-		if err := proto.Unmarshal(b[5:], resp); err != nil {
-			return status.Errorf(codes.Internal, "decoding the answer of %s: %v", endpoint, err)
-		}
+	if err := decodeAnswer(b[5:], resp); err != nil {
+		return status.Errorf(codes.Internal, "decoding the answer of %s: %v", endpoint, err)
 	}
 	return nil
 }

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
-	"github.com/quartermaster-dev/quartermaster/certs"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
@@ -70,20 +69,9 @@ func startRemote(t *testing.T) (*fakeRemote, *grpc.Server, *client) {
 // that reaches it.
 func serveRemote(t *testing.T) (*fakeRemote, *grpc.Server, string, Secret) {
 	t.Helper()
-	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := ca.IssueServer([]string{"localhost", "127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := kp.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pki := newTestPKI(t)
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{cert}, ClientCAs: ca.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert,
+		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.ca.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert,
 	})))
 	remote := &fakeRemote{canceled: make(chan struct{}, 16)}
 	allocation.RegisterAllocationServiceServer(srv, remote)
@@ -94,12 +82,7 @@ func serveRemote(t *testing.T) (*fakeRemote, *grpc.Server, string, Secret) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 
-	ckp, err := ca.IssueClient("entry", certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := map[string][]byte{SecretCertKey: ckp.CertPEM, SecretKeyKey: ckp.KeyPEM, SecretCAKey: ca.CertPEM}
-	return remote, srv, ln.Addr().String(), Secret{Namespace: "default", Name: "s", Data: data, Version: SecretVersion(data)}
+	return remote, srv, ln.Addr().String(), pki.secret(t, "entry")
 }
 
 // The forwarder sends over its own connection by default, and through
@@ -349,23 +332,8 @@ func TestDirectCallResult(t *testing.T) {
 // call dials a new one. The remote here speaks HTTP/2 by hand: its
 // settings, then silence.
 func TestDirectConnSilentRemote(t *testing.T) {
-	ca, err := certs.NewCA("test", certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := ca.IssueServer([]string{"127.0.0.1"}, certs.ValidFor(time.Now(), time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := kp.TLSCertificate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	pki := newTestPKI(t)
+	ln := pki.h2Listener(t, tls.NoClientCert)
 	go func() {
 		for {
 			conn, err := ln.Accept()
@@ -381,7 +349,7 @@ func TestDirectConnSilentRemote(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	h, err := dialH2(ctx, ln.Addr().String(), &tls.Config{RootCAs: ca.CertPool()})
+	h, err := dialH2(ctx, ln.Addr().String(), &tls.Config{RootCAs: pki.ca.CertPool()})
 	if err != nil {
 		t.Fatal(err)
 	}

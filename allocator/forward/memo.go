@@ -43,7 +43,8 @@ type encodedRequest struct {
 // frame encodes req as a gRPC message: a zero byte (not compressed), the
 // length, the message.
 func frame(req *allocation.AllocationRequest) ([]byte, error) {
-	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 5, 5+proto.Size(req)), req)
+	// Size once: UseCachedSize lets the encoder reuse what Size found.
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(make([]byte, 5, 5+proto.Size(req)), req)
 	if err != nil {
 		return nil, err
 	}

@@ -493,7 +493,7 @@ func FreeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// minFixedPort is the lowest port freeAddr picks: above the well-known
+// minFixedPort is the lowest port FreeAddr picks: above the well-known
 // and most registered services' ports.
 const minFixedPort = 20000
 

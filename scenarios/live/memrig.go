@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -243,7 +242,7 @@ func waitReady(ctx context.Context, file string, a *allocatorProc) error {
 		}
 		select {
 		case <-a.proc.Done():
-			return fmt.Errorf("exited before it was ready: %v; its log ends:\n%s", a.proc.Err(), logTail(a.logFile, 10))
+			return fmt.Errorf("exited before it was ready: %v; its log ends:\n%s", a.proc.Err(), kindcluster.TailFile(a.logFile, 10))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -252,16 +251,6 @@ func waitReady(ctx context.Context, file string, a *allocatorProc) error {
 			return errors.New("not ready after a minute")
 		}
 	}
-}
-
-// logTail is the last n lines of a log file, for an error that outlives it.
-func logTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "(unreadable: " + err.Error() + ")"
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // setDown switches a cluster's links (from the callers and from the
