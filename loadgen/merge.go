@@ -73,7 +73,7 @@ func Merge(results ...*Result) (*Result, error) {
 				Throughput: div(t.Throughput, refT.Throughput),
 				P50:        div(t.Latency.P50Ms, refT.Latency.P50Ms),
 				P99:        div(t.Latency.P99Ms, refT.Latency.P99Ms)}
-			ra.ServerCPUPerRequest = div(t.ServerCPUPerRequestMicros, refT.ServerCPUPerRequestMicros)
+			ra.ServerCPUPerRequest = serverCPURatio(t, refT)
 			// Rounds are per generator; all of them are kept.
 			for _, r := range results {
 				for _, x := range r.Ratios {

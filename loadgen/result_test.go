@@ -135,3 +135,22 @@ func TestMergeChecksShards(t *testing.T) {
 		}
 	}
 }
+
+// TestServerCPURatio: a server that sat idle through the reference's
+// turns (a tick or two of CPU) gives no ratio, rather than one in the
+// hundreds; a measured one does.
+func TestServerCPURatio(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		tgt, ref TargetResult
+		want     float64
+	}{
+		{"both measured", TargetResult{ServerCPUSeconds: 2, ServerCPUPerRequestMicros: 120}, TargetResult{ServerCPUSeconds: 1, ServerCPUPerRequestMicros: 40}, 3},
+		{"reference idle", TargetResult{ServerCPUSeconds: 2, ServerCPUPerRequestMicros: 120}, TargetResult{ServerCPUSeconds: 0.01, ServerCPUPerRequestMicros: 0.3}, 0},
+		{"not measured", TargetResult{}, TargetResult{}, 0},
+	} {
+		if got := serverCPURatio(tc.tgt, tc.ref); got != tc.want {
+			t.Errorf("%s: ratio %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

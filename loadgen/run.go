@@ -648,7 +648,7 @@ func (r *runner) ratios(res *Result) []Ratio {
 			Throughput: div(t.Throughput, refT.Throughput),
 			P50:        div(t.Latency.P50Ms, refT.Latency.P50Ms),
 			P99:        div(t.Latency.P99Ms, refT.Latency.P99Ms)}
-		ra.ServerCPUPerRequest = div(t.ServerCPUPerRequestMicros, refT.ServerCPUPerRequestMicros)
+		ra.ServerCPUPerRequest = serverCPURatio(t, refT)
 		rates := func(ws []window) map[int]float64 {
 			m := map[int]float64{}
 			for _, w := range ws {
@@ -673,6 +673,23 @@ func (r *runner) ratios(res *Result) []Ratio {
 		out = append(out, ra)
 	}
 	return out
+}
+
+// minServerCPUSeconds is the least server CPU a reference's turns must
+// show for another target's CPU to be given as a ratio of it. The kernel
+// counts process CPU in ticks of 10 ms, so a server that sat idle through
+// the reference's turns (an entry allocator while the callers go to the
+// remote directly) shows a tick or two, and dividing by that gives ratios
+// in the hundreds that mean nothing; ten ticks keep the ratio within 10%.
+const minServerCPUSeconds = 0.1
+
+// serverCPURatio is t's server CPU per request over ref's, or 0 when
+// either was not measured or ref's is too small to divide by.
+func serverCPURatio(t, ref TargetResult) float64 {
+	if ref.ServerCPUSeconds < minServerCPUSeconds {
+		return 0
+	}
+	return div(t.ServerCPUPerRequestMicros, ref.ServerCPUPerRequestMicros)
 }
 
 func div(a, b float64) float64 {

@@ -35,6 +35,17 @@
 # request, which on a virtual machine otherwise costs an exit to the
 # hypervisor per wake-up. Direct and forwarded turns run under the same
 # setting.
+# FORWARD_FLOOR=1 (make load-forward-lone sets it) adds two references
+# for the lone request, and prints its arithmetic at the end:
+#   relay            the same request through `qm relay` on the entry's
+#                    CPU: a hop that ends the caller's mutual TLS and opens
+#                    its own to the remote, and only copies bytes. What it
+#                    adds to direct is the least any forwarding hop adds on
+#                    this machine; forwarded minus relay is the entry's own
+#                    work.
+#   roundtrip-entry  the entry's health check: a round trip over the hop
+#                    forwarding adds (to the entry's CPU, so in pinned mode
+#                    it wakes that core as a forwarded request does).
 # FORWARD_SERVE_FLAGS adds flags to both `qm serve` commands (say
 # "--pprof --http-addr 127.0.0.1:0" to profile them).
 set -euo pipefail
@@ -96,6 +107,7 @@ trap cleanup EXIT INT TERM
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 remote=127.0.0.1:$(free_port)
 entry=127.0.0.1:$(free_port)
+relay=127.0.0.1:$(free_port)
 
 "$qm" certs --dir "$state/certs" --hosts localhost,127.0.0.1 --clients caller,forwarder >/dev/null
 
@@ -149,10 +161,28 @@ start() { # name addr fleets policies cpu...
 }
 start remote "$remote" "$state/fleets.yaml" "$state/remote-policies.yaml" ${on_remote[@]+"${on_remote[@]}"}
 start entry "$entry" "$state/empty.yaml" "$state/entry-policies.yaml" ${on_entry[@]+"${on_entry[@]}"}
+floor=()
+case ${FORWARD_FLOOR:-} in
+"" | 0) ;;
+1)
+	${on_entry[@]+"${on_entry[@]}"} "$qm" relay --addr "$relay" --to "$remote" --certs-dir "$state/certs" --identity forwarder \
+		>"$state/relay.ready" 2>"$state/relay.log" &
+	pids+=($!)
+	floor=(--target "relay=$relay" --target "roundtrip-entry=$entry" --echo roundtrip-entry)
+	;;
+*)
+	echo "load-forward: FORWARD_FLOOR must be 1, 0 or empty, got \"$FORWARD_FLOOR\"" >&2
+	exit 1
+	;;
+esac
 for n in remote entry; do
 	for _ in $(seq 600); do [[ -s $state/$n.ready ]] && break; sleep 0.1; done
 	[[ -s $state/$n.ready ]] || { echo "load-forward: $n did not start in 60s" >&2; exit 1; }
 done
+if [[ ${#floor[@]} -gt 0 ]]; then
+	for _ in $(seq 100); do [[ -s $state/relay.ready ]] && break; sleep 0.1; done
+	[[ -s $state/relay.ready ]] || { echo "load-forward: the relay did not start in 10s: $(cat "$state/relay.log")" >&2; exit 1; }
+fi
 
 cat >"$state/request.json" <<'JSON'
 {"multiClusterSetting": {"enabled": true, "policySelector": {"matchLabels": {"route": "bench"}}},
@@ -167,8 +197,23 @@ done
 
 mkdir -p "$outdir"
 cmd=(${on_load[@]+"${on_load[@]}"} "$qm" load --certs-dir "$state/certs" --identity caller
-	--target "direct=$remote" --target "forwarded=$entry" --target "roundtrip=$remote" --echo roundtrip --reference direct
+	--target "direct=$remote" --target "forwarded=$entry" --target "roundtrip=$remote" --echo roundtrip ${floor[@]+"${floor[@]}"} --reference direct
 	--request "$state/request.json" --release=false --warmup 1s --expect 'errors==0'
 	--server-pid "${pids[1]}" --out "$outdir/forward-$mode.json" "$@")
 echo "+ ${cmd[*]}"
-"${cmd[@]}"
+status=0
+"${cmd[@]}" || status=$?
+if [[ ${#floor[@]} -gt 0 && -s $outdir/forward-$mode.json ]]; then
+	python3 - "$outdir/forward-$mode.json" <<'PY'
+import json, sys
+p50 = {t["name"]: t["latency"]["p50Ms"] * 1000 for t in json.load(open(sys.argv[1]))["targets"]}
+d, f, r, rt, rte = (p50[n] for n in ("direct", "forwarded", "relay", "roundtrip", "roundtrip-entry"))
+print()
+print("lone request, p50 (excess: over direct + one round trip; the target is <= 0):")
+for name, v in (("forwarded", f), ("relay (the floor)", r)):
+	print(f"  {name:18} {v:4.0f} us   excess {v - d - rt:+4.0f} us (round trip to the remote), {v - d - rte:+4.0f} us (to the entry)")
+print(f"  direct {d:.0f} us, round trip to the remote {rt:.0f} us, to the entry {rte:.0f} us")
+print(f"  the entry's own work, forwarded - relay: {f - r:+.0f} us")
+PY
+fi
+exit "$status"

@@ -29,6 +29,7 @@ FORWARD_MODE ?= pinned
 load-forward: build
 	@bash mk/load-forward.sh "$(BIN)/qm" "$(LOAD_OUT)" $(FORWARD_MODE) --workers $(LOAD_WORKERS) --duration $(LOAD_DURATION) --window 1s --progress never
 
-## load-forward-lone: the same with one caller: forwarded p50 against direct p50 plus a round trip (the health check); FORWARD_IDLE=poll keeps idle CPUs polling (root).
+## load-forward-lone: the same with one caller: forwarded p50 against direct p50 plus a round trip (the health check), and
+## against `qm relay` (FORWARD_FLOOR=1: a hop that only carries bytes, the floor); FORWARD_IDLE=poll keeps idle CPUs polling (root).
 load-forward-lone: build
-	@bash mk/load-forward.sh "$(BIN)/qm" "$(LOAD_OUT)" $(FORWARD_MODE) --workers 1 --duration $(LOAD_DURATION) --window 500ms --progress never
+	@FORWARD_FLOOR=$${FORWARD_FLOOR-1} bash mk/load-forward.sh "$(BIN)/qm" "$(LOAD_OUT)" $(FORWARD_MODE) --workers 1 --duration $(LOAD_DURATION) --window 500ms --progress never
