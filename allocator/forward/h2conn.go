@@ -33,12 +33,24 @@ import (
 // (a request larger than the remote's stream window, the connection's
 // send window or stream limit exhausted, the connection going away) is
 // left to grpc-go's client: invoke says so before sending anything.
+//
+// Every write has a deadline. A remote that stops reading (hung, or cut
+// off without a reset) fills the socket's buffers, and a write without one
+// would then wait as long as TCP keeps retrying, minutes, holding the
+// write lock and with it every call on the connection, past their
+// deadlines and out of the breaker's sight. A call's write gives up at
+// its caller's deadline, the connection's own frames after
+// h2WriteTimeout; either way the connection fails, its calls end as
+// Unavailable, and the next call dials again.
 type h2Conn struct {
 	endpoint string
 	nc       net.Conn
 	rfr      *http2.Framer // the reader goroutine's
 
-	wmu     sync.Mutex // the write side, and the peer's settings
+	// wlock guards the write side and the peer's settings: a channel of
+	// one rather than a mutex, so that a call can stop waiting for it when
+	// its context ends.
+	wlock   chan struct{}
 	bw      *bufio.Writer
 	wfr     *http2.Framer
 	henc    *hpack.Encoder
@@ -83,6 +95,13 @@ const (
 	h2MaxStreamID    = 1<<31 - 1
 )
 
+// h2WriteTimeout bounds a write that no call's deadline bounds: the
+// connection's own frames (settings and PING acknowledgements, window
+// updates, a canceled call's reset). They are a few bytes; one that cannot
+// leave in this long is queued behind a remote that stopped reading. A var
+// for tests.
+var h2WriteTimeout = 5 * time.Second
+
 // dialH2 opens a connection to endpoint with cfg (mutual TLS, as the
 // Secret says) and starts its reader.
 func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, error) {
@@ -105,6 +124,7 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 		sendWin:  65535, // HTTP/2's initial windows, until the remote says otherwise
 		peer:     h2Settings{streamWindow: 65535, maxFrame: 16384, maxStreams: 1 << 31},
 		streams:  map[uint32]*h2Call{},
+		wlock:    make(chan struct{}, 1),
 	}
 	c.wfr = http2.NewFramer(c.bw, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
@@ -113,7 +133,10 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 	c.rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.rfr.MaxHeaderListSize = 1 << 20
 
-	_, err = c.bw.WriteString(http2.ClientPreface)
+	err = nc.SetWriteDeadline(writeDeadline(ctx))
+	if err == nil {
+		_, err = c.bw.WriteString(http2.ClientPreface)
+	}
 	if err == nil {
 		err = c.wfr.WriteSettings(http2.Setting{ID: http2.SettingEnablePush, Val: 0},
 			http2.Setting{ID: http2.SettingInitialWindowSize, Val: StreamWindowBytes})
@@ -138,14 +161,16 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 // sent then. Errors are gRPC status errors.
 func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *allocation.AllocationResponse) (handled bool, _ error) {
 	call := &h2Call{done: make(chan struct{})}
-	c.wmu.Lock()
+	if !c.lockWrite(ctx) {
+		return true, status.FromContextError(ctx.Err()).Err()
+	}
 	block := c.headers(ctx, hops)
 	c.mu.Lock()
 	n := uint32(len(framed))
 	if c.closed || uint32(len(c.streams)) >= c.peer.maxStreams || n > c.peer.streamWindow || int64(n) > c.sendWin ||
 		uint32(len(block)) > c.peer.maxFrame || c.nextID > h2MaxStreamID {
 		c.mu.Unlock()
-		c.wmu.Unlock()
+		c.unlockWrite()
 		return false, nil
 	}
 	id := c.nextID
@@ -154,8 +179,11 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 	c.mu.Unlock()
 	c.sendWin -= int64(n)
 	readsBefore := c.reads.Load()
-	err := c.writeCall(id, block, framed)
-	c.wmu.Unlock()
+	err := c.nc.SetWriteDeadline(writeDeadline(ctx))
+	if err == nil {
+		err = c.writeCall(id, block, framed)
+	}
+	c.unlockWrite()
 	if err != nil {
 		c.fail(err)
 	}
@@ -175,7 +203,50 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 	return true, call.result(c.endpoint, resp)
 }
 
-// headers encodes a call's header block into hbuf, under wmu. The
+// lockWrite takes the write lock, or gives up when ctx ends first.
+func (c *h2Conn) lockWrite(ctx context.Context) bool {
+	select {
+	case c.wlock <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case c.wlock <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *h2Conn) unlockWrite() { <-c.wlock }
+
+// writeDeadline is when a write for ctx's call gives up: its deadline, or
+// h2WriteTimeout from now if that is sooner or it has none.
+func writeDeadline(ctx context.Context) time.Time {
+	d := time.Now().Add(h2WriteTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(d) {
+		return dl
+	}
+	return d
+}
+
+// control writes frames of the connection's own (write adds them to the
+// framer) and flushes them, under the write lock, within h2WriteTimeout.
+// The reader calls it, and a canceled call's reset.
+func (c *h2Conn) control(write func() error) error {
+	c.wlock <- struct{}{}
+	defer c.unlockWrite()
+	err := c.nc.SetWriteDeadline(time.Now().Add(h2WriteTimeout))
+	if err == nil {
+		err = write()
+	}
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	return err
+}
+
+// headers encodes a call's header block into hbuf, under the write lock. The
 // encoder keeps no dynamic table (dialH2 sets its size to 0), so its
 // blocks never refer to earlier ones, and one left unsent (invoke may
 // still decline the call) puts nothing out of step.
@@ -195,7 +266,8 @@ func (c *h2Conn) headers(ctx context.Context, hops string) []byte {
 	return c.hbuf.Bytes()
 }
 
-// writeCall writes a call's header block and message, under wmu.
+// writeCall writes a call's header block and message, under the write
+// lock.
 func (c *h2Conn) writeCall(id uint32, block, framed []byte) error {
 	if err := c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndHeaders: true}); err != nil {
 		return err
@@ -341,38 +413,30 @@ func (c *h2Conn) readLoop() {
 			c.finish(f.StreamID, status.Errorf(code, "%s reset the stream: %v", c.endpoint, f.ErrCode))
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
-				c.wmu.Lock()
-				_ = f.ForeachSetting(func(s http2.Setting) error {
-					switch s.ID {
-					case http2.SettingInitialWindowSize:
-						c.peer.streamWindow = s.Val
-					case http2.SettingMaxFrameSize:
-						c.peer.maxFrame = s.Val
-					case http2.SettingMaxConcurrentStreams:
-						c.peer.maxStreams = s.Val
-					}
-					return nil
+				err = c.control(func() error {
+					_ = f.ForeachSetting(func(s http2.Setting) error {
+						switch s.ID {
+						case http2.SettingInitialWindowSize:
+							c.peer.streamWindow = s.Val
+						case http2.SettingMaxFrameSize:
+							c.peer.maxFrame = s.Val
+						case http2.SettingMaxConcurrentStreams:
+							c.peer.maxStreams = s.Val
+						}
+						return nil
+					})
+					return c.wfr.WriteSettingsAck()
 				})
-				err = c.wfr.WriteSettingsAck()
-				if err == nil {
-					err = c.bw.Flush()
-				}
-				c.wmu.Unlock()
 			}
 		case *http2.PingFrame:
 			if !f.IsAck() {
-				c.wmu.Lock()
-				err = c.wfr.WritePing(true, f.Data)
-				if err == nil {
-					err = c.bw.Flush()
-				}
-				c.wmu.Unlock()
+				err = c.control(func() error { return c.wfr.WritePing(true, f.Data) })
 			}
 		case *http2.WindowUpdateFrame:
 			if f.StreamID == 0 {
-				c.wmu.Lock()
+				c.wlock <- struct{}{}
 				c.sendWin += int64(f.Increment)
-				c.wmu.Unlock()
+				c.unlockWrite()
 			}
 		case *http2.GoAwayFrame:
 			c.goAway(f.LastStreamID)
@@ -405,19 +469,17 @@ func (c *h2Conn) data(f *http2.DataFrame) error {
 	if update[0] == 0 && update[1] == 0 {
 		return nil
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if update[0] > 0 {
-		if err := c.wfr.WriteWindowUpdate(0, update[0]); err != nil {
-			return err
+	return c.control(func() error {
+		if update[0] > 0 {
+			if err := c.wfr.WriteWindowUpdate(0, update[0]); err != nil {
+				return err
+			}
 		}
-	}
-	if update[1] > 0 {
-		if err := c.wfr.WriteWindowUpdate(f.StreamID, update[1]); err != nil {
-			return err
+		if update[1] > 0 {
+			return c.wfr.WriteWindowUpdate(f.StreamID, update[1])
 		}
-	}
-	return c.bw.Flush()
+		return nil
+	})
 }
 
 func (c *h2Conn) stream(id uint32) *h2Call {
@@ -457,15 +519,13 @@ func (c *h2Conn) cancel(id uint32) {
 	if !open {
 		return
 	}
-	c.wmu.Lock()
-	err := c.wfr.WriteRSTStream(id, http2.ErrCodeCancel)
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	c.wmu.Unlock()
-	if err != nil {
-		c.fail(err)
-	}
+	// The caller is leaving at its deadline: the reset goes out without
+	// it, since it may have to wait for the lock or the socket.
+	go func() {
+		if err := c.control(func() error { return c.wfr.WriteRSTStream(id, http2.ErrCodeCancel) }); err != nil {
+			c.fail(err)
+		}
+	}()
 }
 
 // goAway stops new calls; those the remote will not process fail as

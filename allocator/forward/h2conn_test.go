@@ -367,3 +367,90 @@ func TestDirectConnSilentRemote(t *testing.T) {
 		t.Error("a connection that said nothing until the deadline still takes calls")
 	}
 }
+
+// A remote that stops reading: its socket buffers fill and writes to it
+// block. Every call still ends by its own deadline, as DeadlineExceeded or
+// Unavailable, instead of waiting behind a write that TCP would keep
+// retrying for minutes (with the write lock held, that was every call on
+// the connection, and each canceled call's reset too), and the connection
+// takes no more calls (a call that finds it failed is declined, for the
+// forwarder to dial again). The remote speaks HTTP/2 by hand: settings and
+// windows large enough for every call, then it never reads again.
+func TestDirectConnDeafRemote(t *testing.T) {
+	pki := newTestPKI(t)
+	ln := pki.h2Listener(t, tls.NoClientCert)
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			fr := http2.NewFramer(conn, nil)
+			_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
+			_ = fr.WriteWindowUpdate(0, 1<<30)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := dialH2(ctx, ln.Addr().String(), &tls.Config{RootCAs: pki.ca.CertPool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	for {
+		h.lockWrite(ctx)
+		ready := h.peer.streamWindow == 1<<30 && h.sendWin > 1<<29
+		h.unlockWrite()
+		if ready {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// 48 calls of 1 MiB: more than loopback's socket buffers hold.
+	big, err := frame(&allocation.AllocationRequest{Namespace: "a", Metadata: &allocation.MetaPatch{
+		Annotations: map[string]string{"big": strings.Repeat("x", 1<<20)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 48
+	errs := make(chan error, calls)
+	start := time.Now()
+	for range calls {
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			handled, err := h.invoke(cctx, "here", big, new(allocation.AllocationResponse))
+			if !handled && !h.usable() {
+				// Refused before sending: the connection had failed
+				// meanwhile, and the forwarder dials again.
+				err = status.Error(codes.Unavailable, "declined")
+			}
+			errs <- err
+		}()
+	}
+	for i := range calls {
+		select {
+		case err := <-errs:
+			if c := status.Code(err); c != codes.DeadlineExceeded && c != codes.Unavailable {
+				t.Errorf("call: %v; want DeadlineExceeded or Unavailable", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%d of %d calls still waiting %v after they began, with 1 s deadlines", calls-i, calls, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if h.usable() {
+		t.Error("a connection whose remote stopped reading still takes calls")
+	}
+}
