@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/quartermaster-dev/quartermaster/certs"
 )
@@ -166,15 +167,23 @@ func (r *Relay) Serve(ctx context.Context) error {
 	return err
 }
 
+// relaySetupTimeout bounds the caller's handshake and the dial to the
+// remote: a caller that never finishes its handshake, or a remote that
+// does not answer, must not hold a goroutine and a socket until the relay
+// stops.
+const relaySetupTimeout = 10 * time.Second
+
 // carry completes the caller's handshake, dials the remote and copies
 // both ways until either side closes.
 func (r *Relay) carry(ctx context.Context, c *tls.Conn) {
 	defer r.forget(c)
-	if err := c.HandshakeContext(ctx); err != nil {
+	setup, cancel := context.WithTimeout(ctx, relaySetupTimeout)
+	defer cancel()
+	if err := c.HandshakeContext(setup); err != nil {
 		return
 	}
 	d := tls.Dialer{Config: r.dial}
-	rc, err := d.DialContext(ctx, "tcp", r.remote)
+	rc, err := d.DialContext(setup, "tcp", r.remote)
 	if err != nil {
 		return
 	}

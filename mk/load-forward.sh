@@ -95,7 +95,7 @@ cleanup() {
 		kill -KILL "$p" 2>/dev/null || true
 	done
 	if [[ $status -ne 0 ]]; then
-		for n in remote entry; do
+		for n in remote entry relay; do
 			[[ -f $state/$n.log ]] && { echo "--- $n log ---" >&2; tail -n 20 "$state/$n.log" >&2; }
 		done
 	fi
@@ -201,10 +201,13 @@ cmd=(${on_load[@]+"${on_load[@]}"} "$qm" load --certs-dir "$state/certs" --ident
 	--request "$state/request.json" --release=false --warmup 1s --expect 'errors==0'
 	--server-pid "${pids[1]}" --out "$outdir/forward-$mode.json" "$@")
 echo "+ ${cmd[*]}"
+# (An earlier run's result must not pass for this one's below.)
+rm -f "$outdir/forward-$mode.json"
 status=0
 "${cmd[@]}" || status=$?
 if [[ ${#floor[@]} -gt 0 && -s $outdir/forward-$mode.json ]]; then
-	python3 - "$outdir/forward-$mode.json" <<'PY'
+	# qm load's exit status stands, whatever becomes of the arithmetic.
+	python3 - "$outdir/forward-$mode.json" <<'PY' || echo "load-forward: could not work out the lone request's figures" >&2
 import json, sys
 p50 = {t["name"]: t["latency"]["p50Ms"] * 1000 for t in json.load(open(sys.argv[1]))["targets"]}
 d, f, r, rt, rte = (p50[n] for n in ("direct", "forwarded", "relay", "roundtrip", "roundtrip-entry"))

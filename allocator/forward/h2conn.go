@@ -38,10 +38,13 @@ import (
 // off without a reset) fills the socket's buffers, and a write without one
 // would then wait as long as TCP keeps retrying, minutes, holding the
 // write lock and with it every call on the connection, past their
-// deadlines and out of the breaker's sight. A call's write gives up at
-// its caller's deadline, the connection's own frames after
-// h2WriteTimeout; either way the connection fails, its calls end as
-// Unavailable, and the next call dials again.
+// deadlines and out of the breaker's sight. A call's write gives up at its
+// caller's deadline, but not before h2MinWriteTime nor after
+// h2WriteTimeout; the connection's own frames after h2WriteTimeout. A
+// write that gives up has left a frame half sent, so the connection fails:
+// the calls on it end as Unavailable (the one whose write it was may see
+// its own deadline first), and the next call dials again. Calls waiting
+// for the write lock, or for an answer, give up at their own deadlines.
 type h2Conn struct {
 	endpoint string
 	nc       net.Conn
@@ -64,6 +67,11 @@ type h2Conn struct {
 	closed  bool        // takes no new calls
 	dead    atomic.Bool // closed, for usable without the lock
 	err     error
+
+	// The package's write and silence limits when the connection was
+	// dialled (tests change them; calls and resets still running on an
+	// older connection keep its own).
+	writeTimeout, minWriteTime, silentFor time.Duration
 
 	recvUnacked uint32        // connection-level bytes read and not yet returned (reader only)
 	reads       atomic.Uint64 // frames read
@@ -102,6 +110,15 @@ const (
 // for tests.
 var h2WriteTimeout = 5 * time.Second
 
+// h2MinWriteTime is the least time a call's write is given (see
+// writeDeadline). A var for tests.
+var h2MinWriteTime = time.Second
+
+// h2SilentFor is how long a connection must have said nothing since a
+// call went out for that call's deadline to fail it as dead. A var for
+// tests.
+var h2SilentFor = time.Second
+
 // dialH2 opens a connection to endpoint with cfg (mutual TLS, as the
 // Secret says) and starts its reader.
 func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, error) {
@@ -125,6 +142,10 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 		peer:     h2Settings{streamWindow: 65535, maxFrame: 16384, maxStreams: 1 << 31},
 		streams:  map[uint32]*h2Call{},
 		wlock:    make(chan struct{}, 1),
+
+		writeTimeout: h2WriteTimeout,
+		minWriteTime: h2MinWriteTime,
+		silentFor:    h2SilentFor,
 	}
 	c.wfr = http2.NewFramer(c.bw, nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
@@ -133,7 +154,7 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 	c.rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.rfr.MaxHeaderListSize = 1 << 20
 
-	err = nc.SetWriteDeadline(writeDeadline(ctx))
+	err = nc.SetWriteDeadline(c.writeDeadline(ctx, time.Now()))
 	if err == nil {
 		_, err = c.bw.WriteString(http2.ClientPreface)
 	}
@@ -179,7 +200,8 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 	c.mu.Unlock()
 	c.sendWin -= int64(n)
 	readsBefore := c.reads.Load()
-	err := c.nc.SetWriteDeadline(writeDeadline(ctx))
+	sent := time.Now()
+	err := c.nc.SetWriteDeadline(c.writeDeadline(ctx, sent))
 	if err == nil {
 		err = c.writeCall(id, block, framed)
 	}
@@ -190,42 +212,67 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 
 	select {
 	case <-call.done:
+		if call.err != nil && status.Code(call.err) == codes.Canceled {
+			// A remote resets the stream with CANCEL when the deadline
+			// it was sent (grpc-timeout) passes, which can be seen here
+			// before the caller's context says so: that is the caller's
+			// deadline, as grpc-go's client reports it too.
+			if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now()) {
+				return true, status.Error(codes.DeadlineExceeded, status.Convert(call.err).Message())
+			}
+		}
 	case <-ctx.Done():
 		c.cancel(id)
-		if c.reads.Load() == readsBefore {
-			// Not a frame from the remote since the call went out: the
-			// connection may be dead without knowing it (no keepalives
-			// here); the next call dials a new one.
-			c.fail(errors.New("no answer, and nothing else, before the caller's deadline"))
+		if c.reads.Load() == readsBefore && time.Since(sent) >= c.silentFor {
+			// Not a frame from the remote for a long while since the
+			// call went out: the connection may be dead without knowing
+			// it (no keepalives here); the next call dials a new one. A
+			// call that merely ran out of time before a busy remote
+			// answered (a short deadline) says nothing of the
+			// connection, which other calls share.
+			c.fail(fmt.Errorf("no answer, and nothing else, in the %v before the caller's deadline", time.Since(sent).Round(time.Millisecond)))
 		}
 		return true, status.FromContextError(ctx.Err()).Err()
 	}
 	return true, call.result(c.endpoint, resp)
 }
 
-// lockWrite takes the write lock, or gives up when ctx ends first.
+// lockWrite takes the write lock for ctx's call. It gives up (false)
+// when ctx has ended, before or while it waits: a call that starts its
+// write with no time left would only time that write out, and with it the
+// connection every other call shares.
 func (c *h2Conn) lockWrite(ctx context.Context) bool {
 	select {
 	case c.wlock <- struct{}{}:
-		return true
 	default:
+		select {
+		case c.wlock <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
 	}
-	select {
-	case c.wlock <- struct{}{}:
-		return true
-	case <-ctx.Done():
+	if ctx.Err() != nil {
+		c.unlockWrite()
 		return false
 	}
+	return true
 }
 
 func (c *h2Conn) unlockWrite() { <-c.wlock }
 
-// writeDeadline is when a write for ctx's call gives up: its deadline, or
-// h2WriteTimeout from now if that is sooner or it has none.
-func writeDeadline(ctx context.Context) time.Time {
-	d := time.Now().Add(h2WriteTimeout)
+// writeDeadline is when a write for ctx's call gives up: at its deadline,
+// but no sooner than h2MinWriteTime from now and no later than
+// h2WriteTimeout from now. The floor is there because a write that gives
+// up ends the connection for every call on it: only a write that has been
+// stuck that long says the remote stopped reading, not one begun in a
+// caller's last microseconds.
+func (c *h2Conn) writeDeadline(ctx context.Context, now time.Time) time.Time {
+	d := now.Add(c.writeTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(d) {
-		return dl
+		d = dl
+		if least := now.Add(c.minWriteTime); d.Before(least) {
+			d = least
+		}
 	}
 	return d
 }
@@ -236,7 +283,7 @@ func writeDeadline(ctx context.Context) time.Time {
 func (c *h2Conn) control(write func() error) error {
 	c.wlock <- struct{}{}
 	defer c.unlockWrite()
-	err := c.nc.SetWriteDeadline(time.Now().Add(h2WriteTimeout))
+	err := c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
 	if err == nil {
 		err = write()
 	}

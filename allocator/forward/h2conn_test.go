@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"io"
@@ -44,6 +45,8 @@ func (f *fakeRemote) Allocate(ctx context.Context, in *allocation.AllocationRequ
 		<-ctx.Done()
 		f.canceled <- struct{}{}
 		return nil, ctx.Err()
+	case "slow":
+		time.Sleep(300 * time.Millisecond)
 	}
 	return &allocation.AllocationResponse{GameServerName: "gs-" + in.GetNamespace(), Address: "10.0.0.1",
 		Metadata: &allocation.AllocationResponse_GameServerMetadata{Labels: map[string]string{"ns": in.GetNamespace()}}}, nil
@@ -65,14 +68,14 @@ func startRemote(t *testing.T) (*fakeRemote, *grpc.Server, *client) {
 	return remote, srv, c
 }
 
-// serveRemote starts the fakeRemote and returns its address and a Secret
-// that reaches it.
-func serveRemote(t *testing.T) (*fakeRemote, *grpc.Server, string, Secret) {
+// serveRemote starts the fakeRemote, with opts, and returns its address
+// and a Secret that reaches it.
+func serveRemote(t *testing.T, opts ...grpc.ServerOption) (*fakeRemote, *grpc.Server, string, Secret) {
 	t.Helper()
 	pki := newTestPKI(t)
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+	srv := grpc.NewServer(append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.ca.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert,
-	})))
+	})))...)
 	remote := &fakeRemote{canceled: make(chan struct{}, 16)}
 	allocation.RegisterAllocationServiceServer(srv, remote)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -332,6 +335,8 @@ func TestDirectCallResult(t *testing.T) {
 // call dials a new one. The remote here speaks HTTP/2 by hand: its
 // settings, then silence.
 func TestDirectConnSilentRemote(t *testing.T) {
+	defer func(d time.Duration) { h2SilentFor = d }(h2SilentFor)
+	h2SilentFor = 50 * time.Millisecond
 	pki := newTestPKI(t)
 	ln := pki.h2Listener(t, tls.NoClientCert)
 	go func() {
@@ -368,15 +373,13 @@ func TestDirectConnSilentRemote(t *testing.T) {
 	}
 }
 
-// A remote that stops reading: its socket buffers fill and writes to it
-// block. Every call still ends by its own deadline, as DeadlineExceeded or
-// Unavailable, instead of waiting behind a write that TCP would keep
-// retrying for minutes (with the write lock held, that was every call on
-// the connection, and each canceled call's reset too), and the connection
-// takes no more calls (a call that finds it failed is declined, for the
-// forwarder to dial again). The remote speaks HTTP/2 by hand: settings and
-// windows large enough for every call, then it never reads again.
-func TestDirectConnDeafRemote(t *testing.T) {
+// handRemote is a remote that speaks HTTP/2 by hand: it sends its
+// settings and windows, large enough for any call, then hands the
+// connection to after. With after nil it never reads from it again (a
+// remote that stopped reading). It returns the direct connection to it,
+// with those settings in.
+func handRemote(t *testing.T, after func(*tls.Conn)) (*h2Conn, context.Context) {
+	t.Helper()
 	pki := newTestPKI(t)
 	ln := pki.h2Listener(t, tls.NoClientCert)
 	var mu sync.Mutex
@@ -400,15 +403,18 @@ func TestDirectConnDeafRemote(t *testing.T) {
 			fr := http2.NewFramer(conn, nil)
 			_ = fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
 			_ = fr.WriteWindowUpdate(0, 1<<30)
+			if after != nil {
+				go after(conn.(*tls.Conn))
+			}
 		}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	h, err := dialH2(ctx, ln.Addr().String(), &tls.Config{RootCAs: pki.ca.CertPool()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.close()
+	t.Cleanup(h.close)
 	for {
 		h.lockWrite(ctx)
 		ready := h.peer.streamWindow == 1<<30 && h.sendWin > 1<<29
@@ -418,12 +424,58 @@ func TestDirectConnDeafRemote(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// 48 calls of 1 MiB: more than loopback's socket buffers hold.
-	big, err := frame(&allocation.AllocationRequest{Namespace: "a", Metadata: &allocation.MetaPatch{
-		Annotations: map[string]string{"big": strings.Repeat("x", 1<<20)}}})
+	return h, ctx
+}
+
+// bigRequest is a framed request of about size bytes.
+func bigRequest(t *testing.T, size int) []byte {
+	t.Helper()
+	b, err := frame(&allocation.AllocationRequest{Namespace: "a", Metadata: &allocation.MetaPatch{
+		Annotations: map[string]string{"big": strings.Repeat("x", size)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// One call to a remote that stopped reading, larger than loopback's
+// socket buffers hold: its write gives up at the caller's deadline, and
+// the connection, which now holds half a frame, fails. Without a write
+// deadline the call waited as long as TCP retried.
+func TestDirectConnDeafRemoteOneCall(t *testing.T) {
+	h, ctx := handRemote(t, nil)
+	big := bigRequest(t, 80<<20) // (slow under the race detector: before the clock starts)
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.invoke(cctx, "here", big, new(allocation.AllocationResponse))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if c := status.Code(err); c != codes.DeadlineExceeded && c != codes.Unavailable {
+			t.Errorf("call: %v; want DeadlineExceeded or Unavailable", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("an 80 MiB call to a remote that never reads still writing 15 s after it began, with a 1 s deadline")
+	}
+	if h.usable() {
+		t.Error("a connection whose write gave up half way still takes calls")
+	}
+}
+
+// Many calls to a remote that stopped reading: every call ends by its own
+// deadline, as DeadlineExceeded or Unavailable, instead of waiting behind
+// a write that TCP would keep retrying for minutes (with the write lock
+// held, that was every call on the connection, and each canceled call's
+// reset too), and the connection takes no more calls (a call that finds
+// it failed is declined: it goes to grpc-go's client, and the next call
+// dials a new direct connection).
+func TestDirectConnDeafRemote(t *testing.T) {
+	h, ctx := handRemote(t, nil)
+	// 48 calls of 1 MiB: more than loopback's socket buffers hold.
+	big := bigRequest(t, 1<<20)
 	const calls = 48
 	errs := make(chan error, calls)
 	start := time.Now()
@@ -433,8 +485,7 @@ func TestDirectConnDeafRemote(t *testing.T) {
 			defer cancel()
 			handled, err := h.invoke(cctx, "here", big, new(allocation.AllocationResponse))
 			if !handled && !h.usable() {
-				// Refused before sending: the connection had failed
-				// meanwhile, and the forwarder dials again.
+				// Declined before sending: the connection had failed.
 				err = status.Error(codes.Unavailable, "declined")
 			}
 			errs <- err
@@ -452,5 +503,173 @@ func TestDirectConnDeafRemote(t *testing.T) {
 	}
 	if h.usable() {
 		t.Error("a connection whose remote stopped reading still takes calls")
+	}
+}
+
+// The connection's own frames have a deadline too: a remote that floods
+// PINGs and reads none of the acknowledgements fills the (here small)
+// socket buffers, and the reader's acknowledgement gives up after
+// h2WriteTimeout and fails the connection, instead of the reader blocking
+// for as long as TCP retries, holding the write lock.
+func TestDirectConnDeafRemoteControlFrames(t *testing.T) {
+	defer func(d time.Duration) { h2WriteTimeout = d }(h2WriteTimeout)
+	h2WriteTimeout = 200 * time.Millisecond
+	flood := make(chan *tls.Conn, 1)
+	h, _ := handRemote(t, func(c *tls.Conn) { flood <- c })
+	c := <-flood
+	_ = c.NetConn().(*net.TCPConn).SetReadBuffer(4096)
+	_ = h.nc.(*tls.Conn).NetConn().(*net.TCPConn).SetWriteBuffer(4096)
+	go func() {
+		bw := bufio.NewWriterSize(c, 64<<10)
+		fr := http2.NewFramer(bw, nil)
+		for i := range 200_000 {
+			if fr.WritePing(false, [8]byte{byte(i), byte(i >> 8), byte(i >> 16)}) != nil {
+				return
+			}
+			if i%1000 == 999 && bw.Flush() != nil {
+				return
+			}
+		}
+		_ = bw.Flush()
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for h.usable() {
+		if time.Now().After(deadline) {
+			t.Fatal("15 s into a PING flood whose acknowledgements are never read, the connection still takes calls")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.mu.Lock()
+	err := h.err
+	h.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "timeout") {
+		t.Errorf("the connection failed with %v, want a write timeout", err)
+	}
+}
+
+// A call that reaches the write lock with its deadline already passed
+// sends nothing: it does not time a write out and fail the connection that
+// other calls share. (The forwarder gives the next endpoint whatever time
+// is left, which may be none.)
+func TestDirectConnExpiredCallLeavesConnection(t *testing.T) {
+	remote, _, _, h, ctx := connected(t)
+	hung := make(chan error, 1)
+	hctx, cancelHung := context.WithCancel(ctx)
+	go func() {
+		_, err := h.invoke(hctx, "here", framedRequest(t, "hang"), new(allocation.AllocationResponse))
+		hung <- err
+	}()
+	for h.stream(3) == nil { // the hanging call is in flight
+		time.Sleep(time.Millisecond)
+	}
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Millisecond))
+	defer cancel()
+	h.lockWrite(ctx)
+	nextID := h.nextID
+	h.unlockWrite()
+	handled, err := h.invoke(expired, "here", framedRequest(t, "a"), new(allocation.AllocationResponse))
+	if !handled || status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call past its deadline: handled %v, %v; want DeadlineExceeded", handled, err)
+	}
+	if !h.usable() || h.stream(3) == nil {
+		t.Fatal("a call past its deadline failed the connection, or the call in flight on it")
+	}
+	h.lockWrite(ctx)
+	sent := h.nextID != nextID
+	h.unlockWrite()
+	if sent {
+		t.Error("a call past its deadline was sent (it took a stream)")
+	}
+	resp := new(allocation.AllocationResponse)
+	if _, err := h.invoke(ctx, "here", framedRequest(t, "b"), resp); err != nil || resp.GameServerName != "gs-b" {
+		t.Fatalf("the next call: %v (%v)", err, resp)
+	}
+	cancelHung()
+	<-hung
+	<-remote.canceled
+}
+
+// A call whose deadline comes before a slow remote's answer fails alone:
+// the connection, which other calls share, stays. The remote here uses
+// fixed flow-control windows, as this repository's allocator does, so it
+// sends nothing at all before its answer; the connection used to take a
+// call's deadline passing in that silence for a dead connection, fail
+// every call on it, and count them against the endpoint's breaker.
+func TestDirectConnSlowRemoteKeepsConnection(t *testing.T) {
+	remote, _, addr, sec := serveRemote(t, grpc.InitialWindowSize(StreamWindowBytes), grpc.InitialConnWindowSize(ConnWindowBytes))
+	cs := newClients(5*time.Second, nil)
+	t.Cleanup(cs.close)
+	c, err := cs.get(addr, sec, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.put(c) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := c.direct(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := new(allocation.AllocationResponse)
+	if _, err := h.invoke(ctx, "here", framedRequest(t, "a"), resp); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err := h.invoke(short, "here", framedRequest(t, "slow"), resp)
+		cancelShort()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("a call with 50 ms for a 300 ms answer: %v, want DeadlineExceeded", err)
+		}
+		if !h.usable() {
+			t.Fatal("a call's short deadline failed the connection it shares")
+		}
+	}
+	if _, err := h.invoke(ctx, "here", framedRequest(t, "b"), resp); err != nil || resp.GameServerName != "gs-b" {
+		t.Fatalf("the next call: %v (%v)", err, resp)
+	}
+	if got := remote.calls.Load(); got != 5 {
+		t.Errorf("the remote saw %d calls, want 5", got)
+	}
+}
+
+// deadlinePast is a context whose deadline has passed but whose Done has
+// not fired yet, as a caller's is between the two.
+type deadlinePast struct{ context.Context }
+
+func (deadlinePast) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// A remote resets a stream with CANCEL when the deadline it was sent
+// passes; seen before the caller's own context says so, that is still the
+// caller's deadline (DeadlineExceeded, as grpc-go's client reports it),
+// while a reset before the deadline is the remote's cancel (Canceled).
+func TestDirectConnResetAtDeadline(t *testing.T) {
+	h, ctx := handRemote(t, func(c *tls.Conn) {
+		if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if hf, ok := f.(*http2.HeadersFrame); ok {
+				_ = fr.WriteRSTStream(hf.StreamID, http2.ErrCodeCancel)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want codes.Code
+	}{
+		{"deadline passed", deadlinePast{ctx}, codes.DeadlineExceeded},
+		{"deadline to come", ctx, codes.Canceled},
+	} {
+		handled, err := h.invoke(tc.ctx, "here", framedRequest(t, "a"), new(allocation.AllocationResponse))
+		if !handled || status.Code(err) != tc.want {
+			t.Errorf("%s: handled %v, %v; want %v", tc.name, handled, err, tc.want)
+		}
 	}
 }
