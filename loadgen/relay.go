@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/certs"
 )
 
@@ -101,23 +102,11 @@ func relayTLS(dir, identity string) (serve, dial *tls.Config, err error) {
 		ClientCAs:    clientCAs,
 		NextProtos:   []string{"h2"},
 	}
-	if err := certs.ValidateIdentity(identity); err != nil {
-		return nil, nil, fmt.Errorf("relay: %w", err)
-	}
-	own, err := tls.LoadX509KeyPair(l.ClientCert(identity), l.ClientKey(identity))
+	dial, err = mtls.ClientConfigFromDir(dir, identity)
 	if err != nil {
 		return nil, nil, fmt.Errorf("relay: client certificate of %q: %w", identity, err)
 	}
-	roots, err := readPool(l.ClientServerCA(identity))
-	if err != nil {
-		return nil, nil, fmt.Errorf("relay: server CA of %q: %w", identity, err)
-	}
-	dial = &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{own},
-		RootCAs:      roots,
-		NextProtos:   []string{"h2"},
-	}
+	dial.NextProtos = []string{"h2"}
 	return serve, dial, nil
 }
 

@@ -104,11 +104,6 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-remote=127.0.0.1:$(free_port)
-entry=127.0.0.1:$(free_port)
-relay=127.0.0.1:$(free_port)
-
 "$qm" certs --dir "$state/certs" --hosts localhost,127.0.0.1 --clients caller,forwarder >/dev/null
 
 # The remote: a fleet big enough that no turn runs it dry (nothing is
@@ -135,6 +130,24 @@ spec:
   weight: 100
   connectionInfo: {clusterName: remote}
 YAML
+printf 'apiVersion: quartermaster.dev/v1alpha1\nkind: Fleets\nnodes: 1\nfleets: []\n' >"$state/empty.yaml"
+
+# Every process listens on a port of its own choosing (port 0) and says
+# which: a port picked here and bound later could be taken meanwhile as
+# the source port of some other process's outgoing connection.
+start() { # name fleets policies cpu...: sets addr to its gRPC address
+	local name=$1 fleets=$2 policies=$3
+	shift 3
+	"$@" "$qm" serve --addr 127.0.0.1:0 --http-addr "" --cluster-name "$name" \
+		--tls-dir "$state/certs/server" --client-ca-dir "$state/certs/client-ca" \
+		--fleets "$fleets" --policies "$policies" --ready-file "$state/$name.ready" ${FORWARD_SERVE_FLAGS:-} >/dev/null 2>"$state/$name.log" &
+	pids+=($!)
+	for _ in $(seq 600); do [[ -s $state/$name.ready ]] && break; sleep 0.1; done
+	[[ -s $state/$name.ready ]] || { echo "load-forward: $name did not start in 60s" >&2; exit 1; }
+	addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$state/$name.ready")
+}
+start remote "$state/fleets.yaml" "$state/remote-policies.yaml" ${on_remote[@]+"${on_remote[@]}"}
+remote=$addr
 cat >"$state/entry-policies.yaml" <<YAML
 apiVersion: multicluster.agones.dev/v1
 kind: GameServerAllocationPolicy
@@ -149,25 +162,18 @@ spec:
     namespace: default
 YAML
 sh "$(dirname "$0")/../examples/multicluster/secret.sh" "$state/certs" forwarder to-remote >>"$state/entry-policies.yaml"
-printf 'apiVersion: quartermaster.dev/v1alpha1\nkind: Fleets\nnodes: 1\nfleets: []\n' >"$state/empty.yaml"
-
-start() { # name addr fleets policies cpu...
-	local name=$1 addr=$2 fleets=$3 policies=$4
-	shift 4
-	"$@" "$qm" serve --addr "$addr" --http-addr "" --cluster-name "$name" \
-		--tls-dir "$state/certs/server" --client-ca-dir "$state/certs/client-ca" \
-		--fleets "$fleets" --policies "$policies" --ready-file "$state/$name.ready" ${FORWARD_SERVE_FLAGS:-} >/dev/null 2>"$state/$name.log" &
-	pids+=($!)
-}
-start remote "$remote" "$state/fleets.yaml" "$state/remote-policies.yaml" ${on_remote[@]+"${on_remote[@]}"}
-start entry "$entry" "$state/empty.yaml" "$state/entry-policies.yaml" ${on_entry[@]+"${on_entry[@]}"}
+start entry "$state/empty.yaml" "$state/entry-policies.yaml" ${on_entry[@]+"${on_entry[@]}"}
+entry=$addr
 floor=()
 case ${FORWARD_FLOOR:-} in
 "" | 0) ;;
 1)
-	${on_entry[@]+"${on_entry[@]}"} "$qm" relay --addr "$relay" --to "$remote" --certs-dir "$state/certs" --identity forwarder \
+	${on_entry[@]+"${on_entry[@]}"} "$qm" relay --addr 127.0.0.1:0 --to "$remote" --certs-dir "$state/certs" --identity forwarder \
 		>"$state/relay.ready" 2>"$state/relay.log" &
 	pids+=($!)
+	for _ in $(seq 100); do [[ -s $state/relay.ready ]] && break; sleep 0.1; done
+	[[ -s $state/relay.ready ]] || { echo "load-forward: the relay did not start in 10s: $(cat "$state/relay.log")" >&2; exit 1; }
+	relay=$(sed -n 's/^relay: \([^ ]*\) -> .*/\1/p' "$state/relay.ready")
 	floor=(--target "relay=$relay" --target "roundtrip-entry=$entry" --echo roundtrip-entry)
 	;;
 *)
@@ -175,14 +181,6 @@ case ${FORWARD_FLOOR:-} in
 	exit 1
 	;;
 esac
-for n in remote entry; do
-	for _ in $(seq 600); do [[ -s $state/$n.ready ]] && break; sleep 0.1; done
-	[[ -s $state/$n.ready ]] || { echo "load-forward: $n did not start in 60s" >&2; exit 1; }
-done
-if [[ ${#floor[@]} -gt 0 ]]; then
-	for _ in $(seq 100); do [[ -s $state/relay.ready ]] && break; sleep 0.1; done
-	[[ -s $state/relay.ready ]] || { echo "load-forward: the relay did not start in 10s: $(cat "$state/relay.log")" >&2; exit 1; }
-fi
 
 cat >"$state/request.json" <<'JSON'
 {"multiClusterSetting": {"enabled": true, "policySelector": {"matchLabels": {"route": "bench"}}},

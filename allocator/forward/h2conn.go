@@ -154,7 +154,8 @@ func dialH2(ctx context.Context, endpoint string, cfg *tls.Config) (*h2Conn, err
 	c.rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.rfr.MaxHeaderListSize = 1 << 20
 
-	err = nc.SetWriteDeadline(c.writeDeadline(ctx, time.Now()))
+	dl, hasDL := ctx.Deadline()
+	err = nc.SetWriteDeadline(c.writeDeadline(time.Now(), dl, hasDL))
 	if err == nil {
 		_, err = c.bw.WriteString(http2.ClientPreface)
 	}
@@ -185,7 +186,11 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 	if !c.lockWrite(ctx) {
 		return true, status.FromContextError(ctx.Err()).Err()
 	}
-	block := c.headers(ctx, hops)
+	// One clock reading and one look at the deadline serve the
+	// grpc-timeout header, the write's deadline and the silence below.
+	now := time.Now()
+	dl, hasDL := ctx.Deadline()
+	block := c.headers(hops, dl.Sub(now), hasDL)
 	c.mu.Lock()
 	n := uint32(len(framed))
 	if c.closed || uint32(len(c.streams)) >= c.peer.maxStreams || n > c.peer.streamWindow || int64(n) > c.sendWin ||
@@ -200,8 +205,7 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 	c.mu.Unlock()
 	c.sendWin -= int64(n)
 	readsBefore := c.reads.Load()
-	sent := time.Now()
-	err := c.nc.SetWriteDeadline(c.writeDeadline(ctx, sent))
+	err := c.nc.SetWriteDeadline(c.writeDeadline(now, dl, hasDL))
 	if err == nil {
 		err = c.writeCall(id, block, framed)
 	}
@@ -217,20 +221,20 @@ func (c *h2Conn) invoke(ctx context.Context, hops string, framed []byte, resp *a
 			// it was sent (grpc-timeout) passes, which can be seen here
 			// before the caller's context says so: that is the caller's
 			// deadline, as grpc-go's client reports it too.
-			if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now()) {
+			if hasDL && !dl.After(time.Now()) {
 				return true, status.Error(codes.DeadlineExceeded, status.Convert(call.err).Message())
 			}
 		}
 	case <-ctx.Done():
 		c.cancel(id)
-		if c.reads.Load() == readsBefore && time.Since(sent) >= c.silentFor {
+		if silent := time.Since(now); c.reads.Load() == readsBefore && silent >= c.silentFor {
 			// Not a frame from the remote for a long while since the
 			// call went out: the connection may be dead without knowing
 			// it (no keepalives here); the next call dials a new one. A
 			// call that merely ran out of time before a busy remote
 			// answered (a short deadline) says nothing of the
 			// connection, which other calls share.
-			c.fail(fmt.Errorf("no answer, and nothing else, in the %v before the caller's deadline", time.Since(sent).Round(time.Millisecond)))
+			c.fail(fmt.Errorf("no answer, and nothing else, in the %v before the caller's deadline", silent.Round(time.Millisecond)))
 		}
 		return true, status.FromContextError(ctx.Err()).Err()
 	}
@@ -260,15 +264,15 @@ func (c *h2Conn) lockWrite(ctx context.Context) bool {
 
 func (c *h2Conn) unlockWrite() { <-c.wlock }
 
-// writeDeadline is when a write for ctx's call gives up: at its deadline,
-// but no sooner than h2MinWriteTime from now and no later than
+// writeDeadline is when a write for a call gives up: at its deadline dl
+// (if hasDL), but no sooner than h2MinWriteTime from now and no later than
 // h2WriteTimeout from now. The floor is there because a write that gives
 // up ends the connection for every call on it: only a write that has been
 // stuck that long says the remote stopped reading, not one begun in a
 // caller's last microseconds.
-func (c *h2Conn) writeDeadline(ctx context.Context, now time.Time) time.Time {
+func (c *h2Conn) writeDeadline(now, dl time.Time, hasDL bool) time.Time {
 	d := now.Add(c.writeTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(d) {
+	if hasDL && dl.Before(d) {
 		d = dl
 		if least := now.Add(c.minWriteTime); d.Before(least) {
 			d = least
@@ -293,11 +297,12 @@ func (c *h2Conn) control(write func() error) error {
 	return err
 }
 
-// headers encodes a call's header block into hbuf, under the write lock. The
+// headers encodes a call's header block into hbuf, under the write lock,
+// with grpc-timeout when the call has a deadline (timeout from now). The
 // encoder keeps no dynamic table (dialH2 sets its size to 0), so its
 // blocks never refer to earlier ones, and one left unsent (invoke may
 // still decline the call) puts nothing out of step.
-func (c *h2Conn) headers(ctx context.Context, hops string) []byte {
+func (c *h2Conn) headers(hops string, timeout time.Duration, hasDL bool) []byte {
 	c.hbuf.Reset()
 	field := func(name, value string) { _ = c.henc.WriteField(hpack.HeaderField{Name: name, Value: value}) }
 	field(":method", "POST")
@@ -306,8 +311,8 @@ func (c *h2Conn) headers(ctx context.Context, hops string) []byte {
 	field(":authority", c.endpoint)
 	field("content-type", "application/grpc")
 	field("te", "trailers")
-	if dl, ok := ctx.Deadline(); ok {
-		field("grpc-timeout", grpcTimeout(time.Until(dl)))
+	if hasDL {
+		field("grpc-timeout", grpcTimeout(timeout))
 	}
 	field(HopsKey, hops)
 	return c.hbuf.Bytes()

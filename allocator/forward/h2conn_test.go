@@ -53,11 +53,11 @@ func (f *fakeRemote) Allocate(ctx context.Context, in *allocation.AllocationRequ
 }
 
 // startRemote serves a fakeRemote with mutual TLS on loopback, with
-// grpc-go's default settings (dynamic windows: it probes the link with
-// PINGs, which the direct connection must answer), and returns a client
-// for it as the forwarder builds one.
-func startRemote(t *testing.T) (*fakeRemote, *grpc.Server, *client) {
-	remote, srv, addr, sec := serveRemote(t)
+// grpc-go's default settings unless opts change them (dynamic windows: it
+// probes the link with PINGs, which the direct connection must answer),
+// and returns a client for it as the forwarder builds one.
+func startRemote(t *testing.T, opts ...grpc.ServerOption) (*fakeRemote, *grpc.Server, *client) {
+	remote, srv, addr, sec := serveRemote(t, opts...)
 	cs := newClients(5*time.Second, nil)
 	t.Cleanup(cs.close)
 	c, err := cs.get(addr, sec, nil, false)
@@ -596,14 +596,7 @@ func TestDirectConnExpiredCallLeavesConnection(t *testing.T) {
 // call's deadline passing in that silence for a dead connection, fail
 // every call on it, and count them against the endpoint's breaker.
 func TestDirectConnSlowRemoteKeepsConnection(t *testing.T) {
-	remote, _, addr, sec := serveRemote(t, grpc.InitialWindowSize(StreamWindowBytes), grpc.InitialConnWindowSize(ConnWindowBytes))
-	cs := newClients(5*time.Second, nil)
-	t.Cleanup(cs.close)
-	c, err := cs.get(addr, sec, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.put(c) })
+	remote, _, c := startRemote(t, grpc.InitialWindowSize(StreamWindowBytes), grpc.InitialConnWindowSize(ConnWindowBytes))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	h, err := c.direct(ctx, 5*time.Second)
