@@ -8,7 +8,11 @@
 # protoc comes from Debian's protobuf-compiler, installed here when missing so
 # that a clean CI machine needs no manual step; the well-known types
 # (wrappers.proto, timestamp.proto) come from Debian's libprotobuf-dev. The Go
-# plugins are built from this directory's module, which pins their versions.
+# plugins are built from this directory's module, which pins their versions:
+# protoc-gen-go (the message types), protoc-gen-go-grpc (the services) and
+# protoc-gen-go-vtproto (planetscale/vtprotobuf: reflection-free Marshal,
+# Unmarshal and Size methods, and a pool for the allocation request, which
+# the allocator's gRPC codec uses on the request path).
 #
 # Environment: GO (default go), BIN (where the plugins go; default ./bin at
 # the repository root).
@@ -80,7 +84,8 @@ build_plugins() {
   mkdir -p "$BIN"
   (cd tools/proto && "$GO" build -o "$BIN/" \
     google.golang.org/protobuf/cmd/protoc-gen-go \
-    google.golang.org/grpc/cmd/protoc-gen-go-grpc)
+    google.golang.org/grpc/cmd/protoc-gen-go-grpc \
+    github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto)
 }
 
 # run_protoc OUT: writes the generated files under OUT, mirroring the
@@ -94,8 +99,17 @@ run_protoc() {
     --plugin=protoc-gen-go-grpc="$BIN/protoc-gen-go-grpc" \
     --go_out="$out" --go_opt=paths=source_relative \
     --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
+    --plugin=protoc-gen-go-vtproto="$BIN/protoc-gen-go-vtproto" \
+    --go-vtproto_out="$out" --go-vtproto_opt=paths=source_relative \
+    --go-vtproto_opt=features=marshal+unmarshal+size+pool \
+    --go-vtproto_opt=pool="$ALLOCATION_PKG.AllocationRequest" \
     "${PROTOS[@]}"
 }
+
+# ALLOCATION_PKG is the Go package of allocation.proto. Its request is the
+# one message decoded on every allocation, so its decoded form is pooled
+# (AllocationRequestFromVTPool, ReturnToVTPool).
+ALLOCATION_PKG=github.com/quartermaster-dev/quartermaster/allocator/pb/allocation
 
 # generated lists the generated files for the protos, relative to the root.
 generated() {
@@ -103,6 +117,7 @@ generated() {
   for p in "${PROTOS[@]}"; do
     echo "${p%.proto}.pb.go"
     echo "${p%.proto}_grpc.pb.go"
+    echo "${p%.proto}_vtproto.pb.go"
   done
 }
 
