@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -307,6 +311,7 @@ func parseFiles(files []namedFile) (*Set, error) {
 	s := &Set{policies: map[string][]core.Policy{}, secrets: map[string]Secret{}}
 	s.table = NewPolicyTable(s.policies)
 	seenPolicy := map[string]string{} // namespace/name → where
+	secretAt := map[string]string{}   // namespace/name → where
 	var errs []string
 	for _, f := range files {
 		docs, err := splitDocuments(f.data)
@@ -326,12 +331,13 @@ func parseFiles(files []namedFile) (*Set, error) {
 				if len(objs) > 1 {
 					w += fmt.Sprintf(", item %d", oi+1)
 				}
-				if err := s.add(obj, w, seenPolicy); err != nil {
+				if err := s.add(obj, w, seenPolicy, secretAt); err != nil {
 					errs = append(errs, err.Error())
 				}
 			}
 		}
 	}
+	errs = append(errs, s.checkSecrets(secretAt)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid policies: %s", strings.Join(errs, "; "))
 	}
@@ -396,7 +402,97 @@ func strictDecode(data []byte, v any) error {
 	return nil
 }
 
-func (s *Set) add(obj json.RawMessage, where string, seen map[string]string) error {
+// checkSecrets checks the key material of every Secret in the set, so that
+// a file whose client certificate cannot be used is refused when it is
+// read rather than failing each request forwarded with it. An error names
+// where the Secret is, the clusters whose policies use it, and the field.
+func (s *Set) checkSecrets(where map[string]string) []string {
+	users := map[string][]string{} // namespace/name → cluster names
+	for ns, ps := range s.policies {
+		for _, p := range ps {
+			if p.Connection.SecretName != "" && !p.Connection.IsLocal() {
+				k := ns + "/" + p.Connection.SecretName
+				users[k] = append(users[k], p.Connection.ClusterName)
+			}
+		}
+	}
+	keys := make([]string, 0, len(s.secrets))
+	for k := range s.secrets {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []string
+	for _, k := range keys {
+		err := CheckSecret(s.secrets[k])
+		if err == nil {
+			continue
+		}
+		what := "Secret " + k
+		if cs := users[k]; len(cs) > 0 {
+			sort.Strings(cs)
+			what += ", for cluster " + strings.Join(slices.Compact(cs), ", ")
+		}
+		errs = append(errs, fmt.Sprintf("%s (%s): %v", where[k], what, err))
+	}
+	return errs
+}
+
+// CheckSecret reports what in a connection Secret's key material cannot be
+// used, naming the field: tls.crt and tls.key must be a PEM certificate
+// and the PEM private key that goes with it, and ca.crt, when given, must
+// hold PEM certificates.
+func CheckSecret(sec Secret) error {
+	var errs []string
+	field := func(k string) string { return fmt.Sprintf("data[%q]", k) }
+	crt, key := sec.Data[SecretCertKey], sec.Data[SecretKeyKey]
+	pairOK := true
+	if msg := pemProblem(crt, "CERTIFICATE", "a PEM certificate (the client certificate)"); msg != "" {
+		errs = append(errs, field(SecretCertKey)+": "+msg)
+		pairOK = false
+	}
+	if msg := pemProblem(key, "PRIVATE KEY", "a PEM private key (the client certificate's key)"); msg != "" {
+		errs = append(errs, field(SecretKeyKey)+": "+msg)
+		pairOK = false
+	}
+	if pairOK {
+		if _, err := tls.X509KeyPair(crt, key); err != nil {
+			errs = append(errs, field(SecretCertKey)+" and "+field(SecretKeyKey)+": "+err.Error())
+		}
+	}
+	if ca, ok := sec.Data[SecretCAKey]; ok && !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		errs = append(errs, field(SecretCAKey)+": holds no PEM certificate")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, ", "))
+	}
+	return nil
+}
+
+// pemProblem says why data does not hold a PEM block whose type ends in
+// kind, or "" when it does.
+func pemProblem(data []byte, kind, want string) string {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "missing: want " + want
+	}
+	var types []string
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if strings.HasSuffix(b.Type, kind) {
+			return ""
+		}
+		types = append(types, b.Type)
+	}
+	if len(types) == 0 {
+		return "not PEM: want " + want
+	}
+	return fmt.Sprintf("holds %s, want %s", strings.Join(types, ", "), want)
+}
+
+func (s *Set) add(obj json.RawMessage, where string, seen, secretAt map[string]string) error {
 	var tm typeMeta
 	if err := json.Unmarshal(obj, &tm); err != nil {
 		return fmt.Errorf("%s: not an object: %v", where, err)
@@ -465,6 +561,7 @@ func (s *Set) add(obj json.RawMessage, where string, seen map[string]string) err
 			return fmt.Errorf("%s: a Secret of that name is already defined", what)
 		}
 		s.secrets[key] = Secret{Namespace: ns, Name: so.Metadata.Name, Data: data, Version: SecretVersion(data)}
+		secretAt[key] = where
 		return nil
 	}
 	return fmt.Errorf("%s: apiVersion %q kind %q: want apiVersion %s kind %s, or apiVersion %s kind %s",

@@ -37,11 +37,12 @@ func TestLoadValidPolicies(t *testing.T) {
 		t.Errorf("order or local entry wrong: %+v", got)
 	}
 	a, ok := set.Secret("default", "cloud-a-client")
-	if !ok || string(a.Data["tls.crt"]) != "PEM here" || string(a.Data["ca.crt"]) != "PEM here" || a.Version == "" {
+	isPEM := func(b []byte, kind string) bool { return strings.HasPrefix(string(b), "-----BEGIN "+kind+"-----\n") }
+	if !ok || !isPEM(a.Data["tls.crt"], "CERTIFICATE") || !isPEM(a.Data["ca.crt"], "CERTIFICATE") || a.Version == "" {
 		t.Errorf("Secret cloud-a-client = %+v, %v", a, ok)
 	}
 	b, ok := set.Secret("default", "cloud-b-client")
-	if !ok || string(b.Data["tls.key"]) != "PEM here" {
+	if !ok || !isPEM(b.Data["tls.key"], "PRIVATE KEY") {
 		t.Errorf("Secret from stringData = %+v, %v", b, ok)
 	}
 	if a.Version == b.Version {
@@ -81,6 +82,9 @@ func TestInvalidPolicies(t *testing.T) {
 		"invalid-duplicate.yaml":         {"document 2", "default/twice", "already defined"},
 		"invalid-no-cluster-name.yaml":   {"default/anon", "clusterName"},
 		"invalid-yaml.yaml":              {"invalid-yaml.yaml", "YAML"},
+		"invalid-secret-crt.yaml":        {"document 2 (Secret default/to-cloud, for cluster cloud)", `data["tls.crt"]: not PEM`},
+		"invalid-secret-pair.yaml":       {"(Secret default/to-cloud, for cluster cloud)", `data["tls.crt"] and data["tls.key"]`, "does not match"},
+		"invalid-secret-ca.yaml":         {"(Secret default/to-cloud, for cluster cloud)", `data["ca.crt"]: holds no PEM certificate`},
 		"invalid-window.yaml": {"default/late", `metadata.annotations["quartermaster.dev/window-during"]`, "DAYS HH:MM-HH:MM ZONE",
 			`metadata.annotations["quartermaster.dev/window-untill"]: unknown window annotation`},
 	}
@@ -170,5 +174,46 @@ func TestPoliciesFileReload(t *testing.T) {
 	}
 	if f.Reload(log, store.Replace) || len(store.Policies("default")) != 1 {
 		t.Error("a removed file changed the policies in force")
+	}
+}
+
+// A re-read whose connection Secret's key material cannot be used keeps
+// the Set in force (its Secret included) and logs the Secret and field.
+func TestPoliciesFileReloadBadKeyMaterial(t *testing.T) {
+	good, err := os.ReadFile("testdata/valid-window-policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(path, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenPoliciesFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := NewStore(f.Set)
+	before, ok := store.Secret("default", "cloud-client")
+	if !ok {
+		t.Fatal("the fixture's Secret cloud-client is missing")
+	}
+	bad := strings.Replace(string(good), "-----BEGIN CERTIFICATE-----", "-----BEGIN CERTIFICATE----", 1)
+	if bad == string(good) {
+		t.Fatal("the fixture has no certificate to break")
+	}
+	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	if f.Reload(slog.New(slog.NewTextHandler(&logs, nil)), store.Replace) {
+		t.Error("a file with an unusable tls.crt was applied")
+	}
+	if after, _ := store.Secret("default", "cloud-client"); after.Version != before.Version {
+		t.Error("the Secret in force changed")
+	}
+	for _, want := range []string{"policies invalid; keeping the policies in force", "Secret default/cloud-client, for cluster cloud", `data[\"tls.crt\"]: not PEM`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs.String())
+		}
 	}
 }

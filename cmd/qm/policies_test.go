@@ -257,3 +257,23 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestServeRefusesUnusableKeyMaterial: qm serve --policies refuses at
+// start a connection Secret whose tls.crt is not PEM, naming the Secret,
+// the cluster that uses it and the field, instead of failing every
+// request forwarded to that cluster.
+func TestServeRefusesUnusableKeyMaterial(t *testing.T) {
+	good, err := os.ReadFile(windowPolicies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(string(good), "-----BEGIN CERTIFICATE-----", "-----BEGIN CERTIFICATE", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	code, _, errOut := runQM("serve", "--policies", bad, "--state-dir", state, "--addr", "127.0.0.1:0", "--http-addr", "", "--cluster-name", "on-prem")
+	if want := `(Secret default/cloud-client, for cluster cloud): data["tls.crt"]: not PEM`; code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("qm serve with an unusable tls.crt: exit %d, stderr:\n%s\nwant it refused, saying %q", code, errOut, want)
+	}
+}
