@@ -25,6 +25,9 @@ const (
 	VerdictSame          = "same"
 	VerdictChanged       = "changed"
 	VerdictZeroReference = "zero baseline"
+	// VerdictDeclared is an exact figure that changed under a declared
+	// change (changes.yaml): shown with the reason, not failed.
+	VerdictDeclared = "changed, declared"
 )
 
 // Comparison is the outcome of comparing a run with a baseline: what the
@@ -41,6 +44,11 @@ type Comparison struct {
 	Regressions []string `json:"regressions"`
 	// Failures name expectations of scenario or load results that failed.
 	Failures []string `json:"failures"`
+	// Missing name gated figures this run lacks though the baseline has
+	// them (a benchmark renamed or no longer run), and gates that matched
+	// no figure on either side: each fails the gate, since a gate that
+	// measures nothing would pass whatever the code did.
+	Missing []string `json:"missing"`
 	// Alpha, Confidence and MinSamples are the thresholds in force.
 	Alpha      float64 `json:"alpha"`
 	Confidence float64 `json:"confidence"`
@@ -110,7 +118,7 @@ func Compare(cur, base *Set, th *Thresholds) *Comparison {
 	c := &Comparison{
 		APIVersion: apiVersion, Kind: comparisonKind,
 		Alpha: th.Alpha, Confidence: th.Confidence, MinSamples: th.MinSamples,
-		Regressions: []string{}, Failures: []string{},
+		Regressions: []string{}, Failures: []string{}, Missing: []string{},
 	}
 	// Ratio figures first: each gate with a reference divides its figures
 	// by the reference, round by round, on both sides.
@@ -139,7 +147,7 @@ func Compare(cur, base *Set, th *Thresholds) *Comparison {
 	}
 	for i, ok := range matched {
 		if !ok {
-			c.Warnings = append(c.Warnings, fmt.Sprintf("gate %q matched no figure in this run or the baseline", th.Gates[i].Figure))
+			c.Missing = append(c.Missing, fmt.Sprintf("gate %q matched no figure in this run or the baseline", th.Gates[i].Figure))
 		}
 	}
 	var rows []Row
@@ -177,8 +185,14 @@ func Compare(cur, base *Set, th *Thresholds) *Comparison {
 	})
 	c.Rows = rows
 	for _, r := range rows {
-		if r.Verdict == VerdictRegression {
+		switch {
+		case r.Verdict == VerdictRegression:
 			c.Regressions = append(c.Regressions, fmt.Sprintf("%s: %s (threshold %s)", r.Figure, describeChange(r), pct(r.MaxRegression)))
+		case r.Verdict == VerdictChanged && r.Gated:
+			c.Regressions = append(c.Regressions, fmt.Sprintf("%s: changed from %s to %s at the same seed, and no declared change (%s) covers it",
+				r.Figure, num(r.Baseline.Center), num(r.Current.Center), ChangesFile))
+		case r.Verdict == VerdictMissing && r.Gated && r.Baseline != nil:
+			c.Missing = append(c.Missing, fmt.Sprintf("%s: gated, in the baseline build's run but not in this one (renamed, or no longer measured?)", r.Figure))
 		}
 	}
 	c.Expectations = cur.expectations()
@@ -188,7 +202,7 @@ func Compare(cur, base *Set, th *Thresholds) *Comparison {
 		}
 	}
 	c.Pairs = cur.pairs()
-	c.Passed = len(c.Regressions) == 0 && len(c.Failures) == 0
+	c.Passed = len(c.Regressions) == 0 && len(c.Failures) == 0 && len(c.Missing) == 0
 	return c
 }
 
@@ -280,6 +294,7 @@ func compareRow(name string, kind Kind, unit, dir string, cur, base *Figure, th 
 	if g != nil {
 		row.Gated, row.MaxRegression = true, g.MaxRegression
 	}
+	exact := g != nil && g.Exact
 	thr := &benchmath.Thresholds{CompareAlpha: th.Alpha}
 	var cs, bs *benchmath.Sample
 	if cur != nil && len(cur.Samples) > 0 {
@@ -301,6 +316,27 @@ func compareRow(name string, kind Kind, unit, dir string, cur, base *Figure, th 
 		return row
 	case bs == nil:
 		row.Verdict = VerdictNew
+		if row.Gated {
+			// The baseline build predates the figure: nothing to compare
+			// with until the baseline moves past it.
+			row.Note = "not in the baseline; gated once the baseline includes it"
+		}
+		return row
+	}
+	if exact {
+		row.Change = 1
+		if row.Baseline.Center != 0 {
+			row.Change = row.Current.Center / row.Baseline.Center
+		}
+		switch d := th.declared(name); {
+		case sameValues(cs.Values, bs.Values):
+			row.Verdict = VerdictSame
+		case d != nil:
+			row.Verdict = VerdictDeclared
+			row.Note = d.Reason
+		default:
+			row.Verdict = VerdictChanged
+		}
 		return row
 	}
 	if row.Baseline.Center == 0 {
@@ -348,6 +384,22 @@ func compareRow(name string, kind Kind, unit, dir string, cur, base *Figure, th 
 		row.Verdict = VerdictWorse
 	}
 	return row
+}
+
+// sameValues reports whether every sample of both sides has one value:
+// what a figure gated as exact must show.
+func sameValues(a, b []float64) bool {
+	for _, v := range a {
+		if v != b[0] {
+			return false
+		}
+	}
+	for _, v := range b {
+		if v != b[0] {
+			return false
+		}
+	}
+	return true
 }
 
 func stat(s *benchmath.Sample, confidence float64) *Stat {

@@ -178,8 +178,15 @@ func TestCompareNewMissingAndZero(t *testing.T) {
 	if r := onlyRow(t, c, "f-old"); r.Verdict != VerdictMissing {
 		t.Fatalf("missing figure: %+v", r)
 	}
+	// The new figure is not gated (nothing to compare it with); the gated
+	// figure this run lacks fails, by name: a renamed benchmark must not
+	// turn its gate off.
+	if c.Passed || len(c.Missing) != 1 || !strings.HasPrefix(c.Missing[0], "f-old: gated") || len(c.Regressions) != 0 {
+		t.Fatalf("passed %v, missing %q, regressions %q", c.Passed, c.Missing, c.Regressions)
+	}
+	c = Compare(setOf("f-new", "sec/op", 1, 2, 3, 4, 5), newSet(), th)
 	if !c.Passed {
-		t.Fatal("a new or missing figure failed the gate")
+		t.Fatalf("a figure only this run has failed the gate: %q", c.Missing)
 	}
 	c = Compare(setOf("f", "B/op", 8, 8, 8, 8, 8), setOf("f", "B/op", 0, 0, 0, 0, 0), th)
 	if r := onlyRow(t, c, "f"); r.Verdict != VerdictZeroReference {
@@ -187,9 +194,64 @@ func TestCompareNewMissingAndZero(t *testing.T) {
 	}
 }
 
-func TestGateMatchingNothingWarns(t *testing.T) {
+func TestGateMatchingNothingFails(t *testing.T) {
 	c := Compare(setOf("g", "sec/op", 1, 2, 3, 4, 5), nil, gateAll(t, 0.1, ""))
-	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], `"f.*" matched no figure`) {
-		t.Fatalf("warnings %q", c.Warnings)
+	if c.Passed || len(c.Missing) != 1 || !strings.Contains(c.Missing[0], `"f.*" matched no figure`) {
+		t.Fatalf("passed %v, missing %q", c.Passed, c.Missing)
+	}
+}
+
+func exactGate(t *testing.T, changes string) *Thresholds {
+	t.Helper()
+	th, err := ParseThresholds([]byte("apiVersion: quartermaster.dev/v1alpha1\nkind: ReportThresholds\ngates:\n- {figure: 'f.*', exact: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changes != "" {
+		if th.Declared, err = ParseChanges([]byte("apiVersion: quartermaster.dev/v1alpha1\nkind: DeclaredChanges\n" + changes)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return th
+}
+
+func TestExactGate(t *testing.T) {
+	same := Compare(setOf("f", "events/op", 7, 7, 7), setOf("f", "events/op", 7, 7), exactGate(t, ""))
+	if r := onlyRow(t, same, "f"); !same.Passed || r.Verdict != VerdictSame {
+		t.Fatalf("the same value failed: %+v", r)
+	}
+	// One event more is a change of behaviour, however small, and whichever
+	// way: it fails unless declared.
+	for _, v := range []float64{8, 6} {
+		c := Compare(setOf("f", "events/op", v, v, v), setOf("f", "events/op", 7, 7, 7), exactGate(t, ""))
+		if r := onlyRow(t, c, "f"); c.Passed || r.Verdict != VerdictChanged || len(c.Regressions) != 1 || !strings.Contains(c.Regressions[0], "f: changed from 7 to") {
+			t.Fatalf("a changed value passed: %+v %q", r, c.Regressions)
+		}
+	}
+	c := Compare(setOf("f", "events/op", 8, 8, 8), setOf("f", "events/op", 7, 7, 7),
+		exactGate(t, "changes:\n- {figure: 'f', reason: 'one more arrival'}\n"))
+	if r := onlyRow(t, c, "f"); !c.Passed || r.Verdict != VerdictDeclared || r.Note != "one more arrival" {
+		t.Fatalf("a declared change failed: %+v", r)
+	}
+	c = Compare(setOf("f", "events/op", 8, 8, 8), setOf("f", "events/op", 7, 7, 7),
+		exactGate(t, "changes:\n- {figure: 'g', reason: 'another figure'}\n"))
+	if c.Passed {
+		t.Fatal("a change declared for another figure covered this one")
+	}
+}
+
+func TestParseChangesErrors(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"kind: DeclaredChanges\nchanges: []\n", "apiVersion"},
+		{"apiVersion: quartermaster.dev/v1alpha1\nkind: DeclaredChanges\nchanges:\n- {figure: 'f'}\n", "changes[0].reason: missing"},
+		{"apiVersion: quartermaster.dev/v1alpha1\nkind: DeclaredChanges\nchanges:\n- {figure: '(', reason: r}\n", "changes[0].figure"},
+		{"apiVersion: quartermaster.dev/v1alpha1\nkind: DeclaredChanges\nchanges:\n- {figur: 'f', reason: r}\n", "figur"},
+	} {
+		if _, err := ParseChanges([]byte(tc.doc)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one naming %q", tc.doc, err, tc.want)
+		}
+	}
+	if _, err := ParseThresholds([]byte("apiVersion: quartermaster.dev/v1alpha1\nkind: ReportThresholds\ngates:\n- {figure: f, exact: true, maxRegression: 0.1}\n")); err == nil {
+		t.Error("an exact gate with a maxRegression was accepted")
 	}
 }

@@ -44,7 +44,7 @@ var goldenCases = []struct {
 }{
 	{"same", []string{"testdata/bench-same.txt", "testdata/sim-small.json"}, true},
 	{"slow", []string{"testdata/bench-slow.txt", "testdata/sim-small.json"}, false},
-	{"few", []string{"testdata/bench-few.txt"}, true},
+	{"few", []string{"testdata/bench-few.txt"}, false},
 }
 
 func TestGoldenMarkdownAndJSON(t *testing.T) {

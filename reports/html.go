@@ -37,6 +37,13 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		return err
 	}
 	secs = append(secs, s)
+	if r.History != nil {
+		s, err := r.trendSection()
+		if err != nil {
+			return err
+		}
+		secs = append(secs, s)
+	}
 	for i, in := range r.Current.Sims {
 		s, err := simSection(i, in)
 		if err != nil {

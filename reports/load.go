@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -36,7 +37,7 @@ func readLoad(set *Set, file string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	name := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	name, round := loadName(file)
 	in := &LoadInput{File: file, Name: name, Result: res}
 	for _, t := range res.Targets {
 		h, err := loadgen.DecodeHistogram(t.Histogram)
@@ -48,9 +49,15 @@ func readLoad(set *Set, file string, data []byte) error {
 	set.Loads = append(set.Loads, in)
 	p := "load/" + name + " "
 	one := func(fig, unit string, v float64) {
-		set.add(p+fig, KindLoad, unit, file, Sample{Value: v, Round: "0"})
+		set.add(p+fig, KindLoad, unit, file, Sample{Value: v, Round: round})
 	}
 	for _, t := range res.Targets {
+		if t.ServerCPUPerRequestMicros > 0 {
+			// The server's CPU per answered request, charged turn by turn
+			// (qm load --server-pid): what the gate compares for the
+			// service and forwarding from outside.
+			one(t.Name+" serverCPU", "cpu-us/op", t.ServerCPUPerRequestMicros)
+		}
 		one(t.Name+" throughput", "allocations/s", t.Throughput)
 		one(t.Name+" successRate", "fraction", t.SuccessRate)
 		one(t.Name+" latency.p50Ms", "ms", t.Latency.P50Ms)
@@ -62,7 +69,7 @@ func readLoad(set *Set, file string, data []byte) error {
 		// Each round of turns is one sample of the ratio, measured next to
 		// its reference: what the gate can compare with a test.
 		for i, v := range r.ThroughputRounds {
-			set.add(p+q+" throughput", KindLoad, "x", file, Sample{Value: v, Round: fmt.Sprint(i)})
+			set.add(p+q+" throughput", KindLoad, "x", file, Sample{Value: v, Round: round + "#" + fmt.Sprint(i)})
 		}
 		if len(r.ThroughputRounds) == 0 {
 			one(q+" throughput", "x", r.Throughput)
@@ -72,6 +79,21 @@ func readLoad(set *Set, file string, data []byte) error {
 		one(q+" p99", "x", r.P99)
 	}
 	return nil
+}
+
+// roundSuffix is the ".rN" before a load result's extension that names the
+// round of a suite it was measured in (mk/report.sh writes
+// load-echo.r3.json): such files are samples of one run, "load/load-echo".
+var roundSuffix = regexp.MustCompile(`\.r(\d+)$`)
+
+// loadName returns the run name a load result file gives its figures and
+// the round its samples belong to ("0" when the name has no round).
+func loadName(file string) (name, round string) {
+	name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	if m := roundSuffix.FindStringSubmatch(name); m != nil {
+		return strings.TrimSuffix(name, m[0]), m[1]
+	}
+	return name, "0"
 }
 
 func (in *LoadInput) expectations() []Expectation {

@@ -44,6 +44,13 @@ func (c *Comparison) WriteMarkdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	if len(c.Missing) > 0 {
+		b.WriteString("**Gated figures missing**\n\n")
+		for _, m := range c.Missing {
+			fmt.Fprintf(&b, "- %s\n", m)
+		}
+		b.WriteString("\n")
+	}
 	if len(c.Failures) > 0 {
 		b.WriteString("**Failed expectations**\n\n")
 		for _, f := range c.Failures {

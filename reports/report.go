@@ -26,6 +26,18 @@ type Report struct {
 	Comparison *Comparison
 	// Title heads the page.
 	Title string
+	// History is the recorded baselines' gated figures (nil: none), drawn
+	// as a trend per gated figure.
+	History *History
+}
+
+// UseThresholds compares again under th (the gate's rules from elsewhere
+// than the baseline directory), keeping its declared changes.
+func (r *Report) UseThresholds(th *Thresholds) {
+	base := r.Comparison.Baseline
+	r.Thresholds = th
+	r.Comparison = Compare(r.Current, r.Baseline, th)
+	r.Comparison.Baseline = base
 }
 
 // Build reads the result files and, when baselineDir is not empty, the
@@ -44,6 +56,9 @@ func Build(files []string, baselineDir string) (*Report, error) {
 		}
 		th, _, err := LoadThresholds(filepath.Join(baselineDir, ThresholdsFile))
 		if err != nil {
+			return nil, err
+		}
+		if th.Declared, err = LoadChanges(filepath.Join(baselineDir, ChangesFile)); err != nil {
 			return nil, err
 		}
 		base, err := LoadDir(baselineDir)

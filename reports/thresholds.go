@@ -27,6 +27,11 @@ type Thresholds struct {
 	// Gates are the rules; a figure no rule matches is reported, never
 	// gated.
 	Gates []Gate `yaml:"gates"`
+
+	// Declared are the changes the code under test says it makes to exact
+	// figures (ChangesFile beside the thresholds); not part of the
+	// thresholds file itself.
+	Declared []DeclaredChange `yaml:"-"`
 }
 
 // Gate is one rule.
@@ -44,6 +49,11 @@ type Gate struct {
 	// Better overrides the direction told from the unit: "lower" or
 	// "higher".
 	Better string `yaml:"better"`
+	// Exact gates figures that must not change at all (the simulator's
+	// outputs and event counts at a fixed seed): any difference between
+	// the sides fails, unless a declared change (changes.yaml) covers the
+	// figure. MaxRegression does not apply.
+	Exact bool `yaml:"exact"`
 
 	re *regexp.Regexp
 }
@@ -143,6 +153,12 @@ func (t *Thresholds) validate() error {
 			return fmt.Errorf("%s.figure: %v", p, err)
 		}
 		g.re = re
+		if g.Exact {
+			if g.MaxRegression != 0 || g.Reference != "" {
+				return fmt.Errorf("%s: an exact gate takes neither maxRegression nor reference", p)
+			}
+			continue
+		}
 		if g.MaxRegression <= 0 {
 			return fmt.Errorf("%s.maxRegression: must be positive (a fraction such as 0.5), got %v", p, g.MaxRegression)
 		}
