@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -11,7 +13,8 @@ import (
 )
 
 // readmes are the pages whose shell blocks a newcomer copies from.
-var readmes = []string{"README.md", "allocator/README.md", "scenarios/README.md", "reports/README.md", "loadgen/README.md", "trace/README.md", "plan/README.md"}
+var readmes = []string{"README.md", "allocator/README.md", "scenarios/README.md", "reports/README.md", "loadgen/README.md", "trace/README.md", "plan/README.md",
+	"docs/performance.md", "docs/local-clusters.md", "docs/policy-windows.md", "docs/rigs.md"}
 
 // bareWord is what a subcommand looks like.
 var bareWord = regexp.MustCompile(`^[a-z]+$`)
@@ -160,4 +163,140 @@ func flush(b *strings.Builder, inWord *bool) []string {
 	b.Reset()
 	*inWord = false
 	return []string{w}
+}
+
+// shellLines calls fn with every command line (continuations joined) of
+// the shell blocks of page, and the line number where it ends.
+func shellLines(t *testing.T, page string, fn func(n int, line string)) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", page))
+	if os.IsNotExist(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	inShell, n, cont := false, 0, ""
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if strings.HasPrefix(line, "```") {
+			inShell = strings.HasPrefix(line, "```sh") || strings.HasPrefix(line, "```bash")
+			continue
+		}
+		if !inShell {
+			continue
+		}
+		if strings.HasSuffix(strings.TrimSpace(line), "\\") {
+			cont += strings.TrimSuffix(strings.TrimSpace(line), "\\") + " "
+			continue
+		}
+		line, cont = cont+line, ""
+		fn(n, line)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeGoals returns the make goals a documented command line asks for:
+// the words after "make" that are neither variables nor flags, in every
+// command of the line (split at &&, ||, ; and |).
+func makeGoals(line string) []string {
+	var goals []string
+	for _, cmd := range regexp.MustCompile(`&&|\|\||;|\|`).Split(line, -1) {
+		words := shellWords(cmd)
+		for len(words) > 0 && strings.Contains(words[0], "=") {
+			words = words[1:] // FOO=bar make ...
+		}
+		if len(words) == 0 || words[0] != "make" {
+			continue
+		}
+		for _, w := range words[1:] {
+			if !strings.HasPrefix(w, "-") && !strings.Contains(w, "=") {
+				goals = append(goals, w)
+			}
+		}
+	}
+	return goals
+}
+
+// makeRules reads the targets make knows in the repository (make -qpr
+// prints its database without running a recipe): explicit targets, and
+// pattern rules as path patterns (bin/% becomes bin/*).
+func makeRules(t *testing.T) (targets map[string]bool, patterns []string) {
+	t.Helper()
+	cmd := exec.Command("make", "-qpr") // -r: without the built-in rules
+	cmd.Dir = filepath.Join("..", "..")
+	out, _ := cmd.Output() // -q exits 1 when the default goal is out of date
+	targets = map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if line == "" || line[0] == '#' || line[0] == '\t' || line[0] == ' ' {
+			continue
+		}
+		head, _, ok := strings.Cut(line, ":")
+		if !ok || strings.ContainsAny(head, "=$") || strings.HasPrefix(line[len(head):], ":=") {
+			continue
+		}
+		for _, name := range strings.Fields(head) {
+			if strings.Contains(name, "%") {
+				patterns = append(patterns, strings.ReplaceAll(name, "%", "*"))
+			} else {
+				targets[name] = true
+			}
+		}
+	}
+	return targets, patterns
+}
+
+// TestReadmeMakeGoalsExist: every `make GOAL` in the pages' shell blocks
+// names a target of the Makefile or mk/*.mk, so that a renamed target
+// cannot leave a documented flow pointing at nothing.
+func TestReadmeMakeGoalsExist(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	targets, patterns := makeRules(t)
+	if !targets["test"] || !targets["demo"] {
+		t.Fatalf("make -qp listed no test or demo target (%d targets): is the parser still right?", len(targets))
+	}
+	known := func(goal string) bool {
+		if targets[goal] {
+			return true
+		}
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, goal); ok {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	for _, page := range readmes {
+		shellLines(t, page, func(n int, line string) {
+			for _, goal := range makeGoals(line) {
+				checked++
+				if !known(goal) {
+					t.Errorf("%s:%d: make %s: no such target", page, n, goal)
+				}
+			}
+		})
+	}
+	if checked < 10 {
+		t.Errorf("found only %d make goals in the pages; is the parser still right?", checked)
+	}
+	if known("no-such-goal") {
+		t.Error("an unknown goal passed the check")
+	}
+}
+
+// TestMakeGoalsParsing: variables, flags and other commands on the line
+// are not goals.
+func TestMakeGoalsParsing(t *testing.T) {
+	got := strings.Join(makeGoals(`FORWARD_IDLE=poll make load-forward-lone LOAD_DURATION=4s && make -j2 build bin/kubectl; docker pull x   # make nothing`), " ")
+	if want := "load-forward-lone build bin/kubectl"; got != want {
+		t.Errorf("makeGoals = %q, want %q", got, want)
+	}
 }
