@@ -76,6 +76,8 @@ type Server struct {
 	// connMu guards conns, the open connections Track registered.
 	connMu sync.Mutex
 	conns  map[*tracked]struct{}
+	// certs counts the tracked connections by client certificate.
+	certs *clientCerts
 
 	// Owned by Reload (under reloadMu), copied into status under mu.
 	certSeen, caSeen [sha256.Size]byte // digest of the last content examined
@@ -127,7 +129,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.NextProtos == nil {
 		opts.NextProtos = []string{"h2", "http/1.1"}
 	}
-	s := &Server{opts: opts, log: opts.Logger}
+	s := &Server{opts: opts, log: opts.Logger, certs: newClientCerts()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -154,9 +154,9 @@ type tracked struct {
 }
 
 // Track registers an open connection that completed its handshake with
-// state, so that a reload removing its client CA closes it. Call the
-// returned func when the connection closes. In the insecure modes it does
-// nothing.
+// state, so that a reload removing its client CA closes it, and counts it in
+// qm_mtls_client_connections. Call the returned func when the connection
+// closes. In the insecure modes it does nothing.
 func (s *Server) Track(c io.Closer, state *tls.ConnectionState) (untrack func()) {
 	if s.opts.Mode != ModeMTLS || state == nil {
 		return func() {}
@@ -168,12 +168,14 @@ func (s *Server) Track(c io.Closer, state *tls.ConnectionState) (untrack func())
 	}
 	s.conns[tc] = struct{}{}
 	s.connMu.Unlock()
+	uncount := s.certs.opened(state)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			s.connMu.Lock()
 			delete(s.conns, tc)
 			s.connMu.Unlock()
+			uncount()
 		})
 	}
 }

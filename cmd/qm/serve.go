@@ -276,6 +276,9 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	if err := metrics.Register(reg); err != nil {
 		return err
 	}
+	if err := tlsSrv.Register(reg); err != nil {
+		return err
+	}
 	if kubeBackend != nil {
 		if err := kubeBackend.Register(reg); err != nil {
 			return err
