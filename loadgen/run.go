@@ -452,7 +452,14 @@ func (r *runner) openTurn(ctx context.Context, tr *targetRun, w time.Duration, s
 	// A generator that fell behind sends the turn's arrivals late (each
 	// charged from its due time) and the turn lasts until it is done, so
 	// its rates are per the time it really took; an interrupted turn
-	// lasts until the interruption.
+	// lasts until the interruption. A turn that ended the target's run
+	// (Requests sent, or the schedule over) lasts until its last answer,
+	// as a closed-loop turn does, not to the end of a window it was never
+	// going to fill.
+	if tr.done {
+		tr.wg.Wait()
+		return start, time.Now()
+	}
 	to := time.Now()
 	if ctx.Err() == nil && to.Before(endWall) {
 		to = endWall

@@ -413,3 +413,35 @@ func TestRunLeavesNothingRunning(t *testing.T) {
 		t.Errorf("%d goroutines before the run, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// A run ended by Requests lasts until its last answer, not a day: its
+// active time spans the schedule it sent (the 100th arrival at 500/s is
+// due at 198 ms) and the rates are counts over that time.
+func TestRequestsEndTheRun(t *testing.T) {
+	f := newFake(t, false)
+	for _, opt := range []Options{
+		{NewPacer: constant(500), Requests: 100},
+		{Closed: true, Workers: 4, Requests: 100},
+	} {
+		res, err := Run(context.Background(), Config{}, []Target{f.target(t, "t", "allocate")}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Targets[0]
+		if r.Sent != 100 || r.OK != 100 {
+			t.Fatalf("closed %v: sent %d ok %d, want 100 each", opt.Closed, r.Sent, r.OK)
+		}
+		if r.ActiveSeconds > res.DurationSeconds+1e-6 || (!opt.Closed && r.ActiveSeconds < 0.198) || r.ActiveSeconds <= 0 {
+			t.Errorf("closed %v: active %.3fs over a run of %.3fs", opt.Closed, r.ActiveSeconds, res.DurationSeconds)
+		}
+		for name, got := range map[string][2]float64{
+			"intended/s": {r.IntendedRate, float64(r.Intended)},
+			"sent/s":     {r.AchievedRate, float64(r.Sent)},
+			"ok/s":       {r.Throughput, float64(r.OK)},
+		} {
+			if want := got[1] / r.ActiveSeconds; math.Abs(got[0]-want) > 1e-6*want || got[0] == 0 {
+				t.Errorf("closed %v: %s %.3f, want %.3f (%v over %.3fs)", opt.Closed, name, got[0], want, got[1], r.ActiveSeconds)
+			}
+		}
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 func init() {
@@ -52,6 +53,13 @@ The request comes from the flags, or from --request FILE (JSON, as for REST;
 
 Credentials as in Agones' client example (--cert, --key, --cacert), or a
 directory made by 'qm serve'/'qm certs' with --certs-dir and --identity.
+
+Against Agones' own allocator: the namespace is always sent ("default"
+unless --namespace says otherwise; Agones allocates nothing for an empty
+one), the client certificate is its allocator-client Secret's (--cert,
+--key, --cacert), and what is allocated stays Allocated until the game
+server shuts down: Agones has no Release, so qm release and its --source
+(the cluster a forwarded allocation came from) are for Quartermaster only.
 
 flags:
 `
@@ -246,7 +254,7 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c.register(fs)
 	var labels, annotations, counters, listAdd, listDel multiFlag
 	var sels selectorFlags
-	namespace := fs.String("namespace", "", "namespace to allocate in (default: \"default\")")
+	namespace := fs.String("namespace", core.DefaultNamespace, "namespace to allocate in (sent as given: Agones reads an empty one as no namespace)")
 	fs.Var(selectorFlag{&sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
 	fs.Var(stateFlag{&sels}, "state", "Ready or Allocated: the game server state for the --selector just before it")
 	scheduling := fs.String("scheduling", "Packed", "Packed or Distributed")
@@ -263,6 +271,8 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if !ok {
 		return err
 	}
+	namespaceSet := false
+	fs.Visit(func(f *flag.Flag) { namespaceSet = namespaceSet || f.Name == "namespace" })
 
 	var req *allocation.AllocationRequest
 	if *requestFile != "" {
@@ -282,7 +292,7 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if req, err = wire.DecodeJSONRequest(b); err != nil {
 			return fmt.Errorf("%s: %w", *requestFile, err)
 		}
-		if *namespace != "" {
+		if namespaceSet || req.Namespace == "" {
 			req.Namespace = *namespace
 		}
 	} else {

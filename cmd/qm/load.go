@@ -51,6 +51,14 @@ time. With --release (the default) each allocated server is given back
 with Quartermaster's Release after --session; a target without Release
 (Agones) keeps its servers. Exit status 2 when an --expect threshold fails.
 
+Against Agones' own allocator: give --release=false (Agones has no
+Release, so every server allocated stays Allocated and the fleet must
+hold the whole run), --namespace when the fleet is not in "default" (the
+namespace is always sent: Agones allocates nothing for an empty one), and
+its allocator-client Secret's --cert, --key and --cacert. Releasing a
+forwarded allocation through its source (qm release --source) is
+Quartermaster's alone.
+
 flags:
 `
 
@@ -250,7 +258,7 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.IntVar(&f.serverPID, "server-pid", 0, "the server's process id on this machine: charge its CPU (from /proc) to the target whose turn it is")
 	fs.StringVar(&f.startAt, "start-at", "", "wait, once connected, until this time (RFC 3339, like 2026-11-22T20:00:00Z) to start: generators of one load begin together")
 	fs.StringVar(&f.shard, "shard", "", "I/N: run generator I's share (1/N) of the rate, of N generators (see qm load merge)")
-	fs.StringVar(&f.namespace, "namespace", "", "namespace to allocate in (default: \"default\")")
+	fs.StringVar(&f.namespace, "namespace", core.DefaultNamespace, "namespace to allocate in (sent as given: Agones reads an empty one as no namespace)")
 	fs.Var(selectorFlag{&f.sels}, "selector", "a game server selector's matchLabels as key=value[,key=value...]; repeat for several, tried in order")
 	fs.Var(stateFlag{&f.sels}, "state", "Ready or Allocated: the game server state for the --selector just before it")
 	fs.StringVar(&f.scheduling, "scheduling", "Packed", "Packed or Distributed")
@@ -470,7 +478,9 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 			return nil, err
 		}
 	}
-	if f.namespace != "" {
+	// The namespace goes out as given, never empty: Quartermaster reads an
+	// empty one as "default", Agones does not (ResourceExhausted).
+	if set["namespace"] || p.req.Namespace == "" {
 		p.req.Namespace = f.namespace
 	}
 	if k := f.uniqueAnnotation; k != "" {
