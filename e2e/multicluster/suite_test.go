@@ -300,3 +300,40 @@ lines:
 	}
 	return sum
 }
+
+// replicaMetric is metric for each allocator replica of a cluster apart,
+// in the order Handle.Metrics gives them: its text is every replica's
+// exposition one after another, and a replica's starts where a metric
+// family seen already in the current one comes again.
+func replicaMetric(ctx context.Context, cluster, name string, want ...string) []float64 {
+	text, err := theRig.Metrics(ctx, cluster)
+	Expect(err).NotTo(HaveOccurred())
+	var out []float64
+	var seen map[string]bool
+lines:
+	for _, line := range strings.Split(text, "\n") {
+		if family, ok := strings.CutPrefix(line, "# HELP "); ok {
+			family, _, _ = strings.Cut(family, " ")
+			if seen == nil || seen[family] {
+				seen = map[string]bool{}
+				out = append(out, 0)
+			}
+			seen[family] = true
+			continue
+		}
+		if !strings.HasPrefix(line, name+"{") || len(out) == 0 {
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(line, w) {
+				continue lines
+			}
+		}
+		var v float64
+		fields := strings.Fields(line)
+		if _, err := fmt.Sscan(fields[len(fields)-1], &v); err == nil {
+			out[len(out)-1] += v
+		}
+	}
+	return out
+}
