@@ -4,11 +4,11 @@
 // certificates, an admin token, a kubeconfig and Quartermaster's CRDs
 // installed and Established.
 //
-// The `local` provider is the only one implemented: this project's machines
-// have no Docker, so kind's node containers are not an option (a `kind`
-// provider would need a running Docker or Podman and the kindest/node image).
-// There are no kubelets either: GameServers in such a cluster are objects
-// that a fleet agent creates and marks Ready.
+// These clusters are what the rigs' `local` provider (kindcluster/rig) is
+// made of: no Docker, no node containers, no kubelets. GameServers in such a
+// cluster are objects that a fleet agent creates and marks Ready. Where Docker runs, the `kind`
+// provider (package kindcluster/kind) brings the same rigs up as kind
+// clusters instead.
 //
 // Every process the package starts goes through a Runner, so a DryRunner can
 // print the commands instead of running them, and every process and
