@@ -13,6 +13,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
+	"github.com/quartermaster-dev/quartermaster/scenarios/live"
 )
 
 // `qm cluster up` runs in the foreground and owns its cluster: Ctrl-C (or
@@ -255,7 +256,7 @@ func printRig(w io.Writer, r *rig.Rig) {
 
 func rigDown(file, dir string, grace time.Duration, stdout io.Writer) error {
 	if dir == "" {
-		t, err := rig.Load(file)
+		t, err := live.LoadTopology(file)
 		if err != nil {
 			return err
 		}

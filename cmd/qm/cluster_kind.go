@@ -12,6 +12,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/kindcluster/kind"
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
+	"github.com/quartermaster-dev/quartermaster/scenarios/live"
 )
 
 // The kind provider of `qm cluster up/down --topology`: the same topology
@@ -32,7 +33,7 @@ func addKindFlags(fs *flag.FlagSet) kindFlags {
 // loadRigTopology loads a topology and settles its provider: the flag if
 // given, else the file's spec.provider (local unless it says kind).
 func loadRigTopology(file, provider string) (_ *rig.Topology, onKind bool, err error) {
-	t, err := rig.Load(file)
+	t, err := live.LoadTopology(file)
 	if err != nil {
 		return nil, false, err
 	}

@@ -5,8 +5,9 @@
 // proxy on every link (callers to allocators, allocators to each other) whose
 // latency and faults can be switched while load runs.
 //
-// `qm cluster up --topology FILE` and the e2e suite use it; a topology can
-// also be a scenario file, whose clusters and policies describe the rig.
+// `qm cluster up --topology FILE` and the e2e suite use it. The topology
+// is the rig's own description; a scenario file describes a rig too, and
+// scenarios/live converts it (the rig knows nothing of scenarios).
 // Handle is a running rig as a test drives it; the kind provider
 // (kindcluster/kind) implements it too, so one suite runs on both.
 package rig

@@ -9,8 +9,6 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
-
-	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
 
 // This machine's kernels have no netem, so links are TCP proxies in this
@@ -182,7 +180,7 @@ func (l *Proxy) apply() error {
 	}
 	lat := l.latency
 	if l.faults[FaultSlow] {
-		lat.Latency += scenarios.Duration(time.Second)
+		lat.Latency += Duration(time.Second)
 	}
 	want := map[string]string{}
 	for _, dir := range []string{"upstream", "downstream"} {

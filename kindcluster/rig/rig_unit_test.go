@@ -17,7 +17,6 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/certs"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
-	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
 
 func TestTopologyFixtures(t *testing.T) {
@@ -41,27 +40,6 @@ func TestTopologyFixtures(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, want)
 			}
 		})
-	}
-}
-
-func TestScenarioDescribesARig(t *testing.T) {
-	top, err := Load("../../scenarios/burst-to-cloud.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(top.Spec.Clusters) != 2 || len(top.Spec.Policies) != 2 {
-		t.Fatalf("clusters %d policies %d, want 2 and 2", len(top.Spec.Clusters), len(top.Spec.Policies))
-	}
-	// The on-prem cluster's rtt (constant 4ms) is its callers' link: 2ms
-	// each way.
-	if got := top.LinkBetween(CallersName, "on-prem"); got.Latency.D() != 2*time.Millisecond {
-		t.Errorf("callers -> on-prem: %v, want 2ms each way", got.Latency.D())
-	}
-	notes := strings.Join(top.NotModelled(), "\n")
-	for _, want := range []string{"apiServer.writeLatency", "informerDelay", "buffer", "costPerNodeHour"} {
-		if !strings.Contains(notes, want) {
-			t.Errorf("NotModelled does not name %s:\n%s", want, notes)
-		}
 	}
 }
 
@@ -124,7 +102,7 @@ func roundTrip(addr string) (time.Duration, error) {
 func TestProxyLatencyAndFaults(t *testing.T) {
 	ps := NewProxies()
 	t.Cleanup(ps.Close)
-	lat := Link{Latency: scenarios.Duration(30 * time.Millisecond)}
+	lat := Link{Latency: Duration(30 * time.Millisecond)}
 	p, err := ps.Add(CallersName, "a", 0, echoServer(t), lat)
 	if err != nil {
 		t.Fatal(err)
@@ -276,25 +254,5 @@ func TestDryRun(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("Stop left %s behind", dir)
-	}
-}
-
-// A rig brings its policies up without windows, so a scenario whose
-// policies have them must say so rather than lose them silently.
-func TestWindowNamedNotModelled(t *testing.T) {
-	top, err := Load("../../scenarios/evening-peak.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	notes := strings.Join(top.NotModelled(), "\n")
-	if !strings.Contains(notes, ".window (") {
-		t.Errorf("NotModelled does not name the policy window:\n%s", notes)
-	}
-	plain, err := Load("../../scenarios/burst-to-cloud.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if notes := strings.Join(plain.NotModelled(), "\n"); strings.Contains(notes, "window") {
-		t.Errorf("a scenario without windows is said to have one:\n%s", notes)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
 
 // APIVersion and Kind identify a topology file.
@@ -32,14 +30,24 @@ const (
 const CallersName = "callers"
 
 // Topology is one rig: clusters, their fleets and allocators, the policies
-// that route between them and the links that join them. Clusters, fleets and
-// policies are the scenario file's types, so one description serves the
-// simulator and a live rig.
+// that route between them and the links that join them. It is the rig's own
+// description; a scenario file describes a rig too, and scenarios/live
+// converts one to a Topology.
 type Topology struct {
-	APIVersion string             `yaml:"apiVersion"`
-	Kind       string             `yaml:"kind"`
-	Metadata   scenarios.Metadata `yaml:"metadata"`
-	Spec       Spec               `yaml:"spec"`
+	APIVersion string   `yaml:"apiVersion"`
+	Kind       string   `yaml:"kind"`
+	Metadata   Metadata `yaml:"metadata"`
+	Spec       Spec     `yaml:"spec"`
+	// Unmodelled names what the description this topology was converted
+	// from has that a live rig does not reproduce (see NotModelled); a
+	// topology file has nothing of the kind.
+	Unmodelled []string `yaml:"-"`
+}
+
+// Metadata names a topology.
+type Metadata struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description,omitempty"`
 }
 
 // Spec is what to bring up.
@@ -49,16 +57,89 @@ type Spec struct {
 	Provider string `yaml:"provider,omitempty"`
 	// Namespace holds the fleets, policies and connection Secrets
 	// (default "default").
-	Namespace string              `yaml:"namespace,omitempty"`
-	Clusters  []scenarios.Cluster `yaml:"clusters"`
-	Policies  []scenarios.Policy  `yaml:"policies,omitempty"`
-	Links     Links               `yaml:"links,omitempty"`
+	Namespace string        `yaml:"namespace,omitempty"`
+	Clusters  []ClusterSpec `yaml:"clusters"`
+	Policies  []Policy      `yaml:"policies,omitempty"`
+	Links     Links         `yaml:"links,omitempty"`
 }
+
+// ClusterSpec is one cluster of the rig, as the topology describes it.
+type ClusterSpec struct {
+	Name string `yaml:"name"`
+	// Provider and Region label the cluster, as a cloud's nodes are.
+	Provider  string    `yaml:"provider,omitempty"`
+	Region    string    `yaml:"region,omitempty"`
+	Nodes     Nodes     `yaml:"nodes,omitempty"`
+	Allocator Allocator `yaml:"allocator,omitempty"`
+	Fleets    []Fleet   `yaml:"fleets"`
+}
+
+// Nodes is a cluster's node pool: Count nodes of Slots game servers each
+// (default 10 of 20).
+type Nodes struct {
+	Count int `yaml:"count"`
+	Slots int `yaml:"slots"`
+}
+
+// Allocator is a cluster's allocator service.
+type Allocator struct {
+	Replicas *int `yaml:"replicas,omitempty"` // default 1
+}
+
+// Fleet is one fleet of a cluster, all of its servers Ready at the start.
+type Fleet struct {
+	Name     string            `yaml:"name"`
+	Labels   map[string]string `yaml:"labels,omitempty"`
+	Replicas int               `yaml:"replicas"`
+	// Scheduling places servers on nodes: Packed (default) or Distributed.
+	Scheduling string `yaml:"scheduling,omitempty"`
+	// Counters and Lists give every server of the fleet these Agones
+	// counters (count 0) and lists (no values) of the given capacity.
+	Counters map[string]Capacity `yaml:"counters,omitempty"`
+	Lists    map[string]Capacity `yaml:"lists,omitempty"`
+}
+
+// Capacity is a counter's or list's capacity.
+type Capacity struct {
+	Capacity int64 `yaml:"capacity"`
+}
+
+// Policy is a GameServerAllocationPolicy routing to one of the clusters.
+type Policy struct {
+	Name           string            `yaml:"name"`
+	Labels         map[string]string `yaml:"labels,omitempty"`
+	Priority       int32             `yaml:"priority"`
+	Weight         *int              `yaml:"weight,omitempty"` // default 1
+	ConnectionInfo ConnectionInfo    `yaml:"connectionInfo"`
+}
+
+// ConnectionInfo names the cluster a policy routes to.
+type ConnectionInfo struct {
+	ClusterName string `yaml:"clusterName"`
+}
+
+// Duration is a time.Duration written as Go writes one ("5ms"); a bare
+// number is refused.
+type Duration time.Duration
+
+// UnmarshalYAML reads a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var v time.Duration
+	if err := n.Decode(&v); err != nil {
+		return fmt.Errorf("line %d: %q is not a duration: write it with a unit, like 5ms", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D is the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
 
 // Links set the latency of every connection: from the callers to each
 // cluster's allocators, and from each cluster's allocators to another's.
-// A cluster's rtt (a constant, or a lognormal's median) sets the callers'
-// link to it when no override does: half of it each way.
 type Links struct {
 	Callers   Link           `yaml:"callers,omitempty"`
 	Clusters  Link           `yaml:"clusters,omitempty"`
@@ -68,17 +149,17 @@ type Links struct {
 // Link is a one-way latency with jitter, applied in both directions (so a
 // round trip costs twice the latency).
 type Link struct {
-	Latency scenarios.Duration `yaml:"latency,omitempty"`
-	Jitter  scenarios.Duration `yaml:"jitter,omitempty"`
+	Latency Duration `yaml:"latency,omitempty"`
+	Jitter  Duration `yaml:"jitter,omitempty"`
 }
 
 // LinkOverride sets the link from one end to another: From is a cluster or
 // "callers", To a cluster.
 type LinkOverride struct {
-	From    string             `yaml:"from"`
-	To      string             `yaml:"to"`
-	Latency scenarios.Duration `yaml:"latency,omitempty"`
-	Jitter  scenarios.Duration `yaml:"jitter,omitempty"`
+	From    string   `yaml:"from"`
+	To      string   `yaml:"to"`
+	Latency Duration `yaml:"latency,omitempty"`
+	Jitter  Duration `yaml:"jitter,omitempty"`
 }
 
 // Bounds that keep a rig on one machine.
@@ -90,9 +171,8 @@ const (
 	maxFileSize      = 1 << 20
 )
 
-// Load reads, decodes, defaults and validates the topology file at path. A
-// scenario file (kind: Scenario) is accepted too: its clusters and policies
-// describe the rig.
+// Load reads, decodes, defaults and validates the topology file at path.
+// (scenarios/live.LoadTopology takes a scenario file as well.)
 func Load(path string) (*Topology, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -124,41 +204,20 @@ func Parse(data []byte) (*Topology, error) {
 	if head.APIVersion != APIVersion {
 		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, APIVersion)
 	}
+	if head.Kind != Kind {
+		return nil, fmt.Errorf("kind: got %q, want %q", head.Kind, Kind)
+	}
 	var t Topology
-	switch head.Kind {
-	case Kind:
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&t); err != nil {
-			return nil, yamlError(err)
-		}
-	case scenarios.Kind:
-		s, err := scenarios.Parse(data)
-		if err != nil {
-			return nil, err
-		}
-		t = FromScenario(s)
-	default:
-		return nil, fmt.Errorf("kind: got %q, want %q (or %q)", head.Kind, Kind, scenarios.Kind)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&t); err != nil {
+		return nil, yamlError(err)
 	}
 	t.Default()
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return &t, nil
-}
-
-// FromScenario is the rig a scenario's clusters and policies describe.
-func FromScenario(s *scenarios.Scenario) Topology {
-	return Topology{
-		APIVersion: APIVersion,
-		Kind:       Kind,
-		Metadata:   s.Metadata,
-		Spec: Spec{
-			Clusters: s.Spec.Clusters,
-			Policies: s.Spec.Policies,
-		},
-	}
 }
 
 func yamlError(err error) error {
@@ -349,7 +408,7 @@ func (t *Topology) Validate() error {
 }
 
 // LinkBetween is the link from one end ("callers" or a cluster) to a
-// cluster.
+// cluster: its override, else the callers' or the clusters' default.
 func (t *Topology) LinkBetween(from, to string) Link {
 	for _, o := range t.Spec.Links.Overrides {
 		if o.From == from && o.To == to {
@@ -359,58 +418,14 @@ func (t *Topology) LinkBetween(from, to string) Link {
 	if from != CallersName {
 		return t.Spec.Links.Clusters
 	}
-	for _, c := range t.Spec.Clusters {
-		if c.Name != to || c.RTT == nil {
-			continue
-		}
-		switch {
-		case c.RTT.Constant != nil:
-			return Link{Latency: *c.RTT.Constant / 2}
-		case c.RTT.LogNormal != nil:
-			return Link{Latency: c.RTT.LogNormal.Median / 2, Jitter: (c.RTT.LogNormal.P99 - c.RTT.LogNormal.Median) / 4}
-		}
-	}
 	return t.Spec.Links.Callers
 }
 
-// NotModelled names what the topology describes that a live rig does not
-// reproduce (the simulator's models of API-server latency, informer delay,
-// decision time, costs, fleet buffers and start-up delays), so a run can
-// say so instead of differing silently.
-func (t *Topology) NotModelled() []string {
-	var out []string
-	for i, c := range t.Spec.Clusters {
-		p := fmt.Sprintf("spec.clusters[%d]", i)
-		if c.APIServer.WriteLatency != nil {
-			out = append(out, p+".apiServer.writeLatency: the rig's API server is real; its own latency applies")
-		}
-		if c.Allocator.InformerDelay != nil {
-			out = append(out, p+".allocator.informerDelay: the allocators' informers are real; their own delay applies")
-		}
-		if c.Allocator.DecisionTime != nil {
-			out = append(out, p+".allocator.decisionTime: the allocators are real; their own time applies")
-		}
-		if c.CostPerNodeHour != 0 {
-			out = append(out, p+".costPerNodeHour: a rig has no cost")
-		}
-		for j, f := range c.Fleets {
-			if f.Buffer != nil {
-				out = append(out, fmt.Sprintf("%s.fleets[%d].buffer: the rig's fleets have a fixed size", p, j))
-			}
-			if f.StartupDelay != nil {
-				out = append(out, fmt.Sprintf("%s.fleets[%d].startupDelay: the fleet agent's start-up delay applies", p, j))
-			}
-		}
-	}
-	for i, p := range t.Spec.Policies {
-		if p.Window != nil {
-			// A rig has no spec.start to resolve relative edges against,
-			// so its policies go out without windows: always in force.
-			out = append(out, fmt.Sprintf("spec.policies[%d].window (%s): a rig's policies are always in force; window annotations on a policy object (docs/policy-windows.md) apply live", i, p.Name))
-		}
-	}
-	return out
-}
+// NotModelled names what the description the topology came from has that a
+// live rig does not reproduce (a scenario's models of API-server latency,
+// informer delay, decision time, costs, fleet buffers, start-up delays and
+// policy windows), so a run can say so instead of differing silently.
+func (t *Topology) NotModelled() []string { return t.Unmodelled }
 
 func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))

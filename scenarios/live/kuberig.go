@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
-	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
 
 // kubeRig is a live run on the multi-cluster rig of `make e2e-multicluster`:
@@ -22,16 +21,13 @@ type kubeRig struct {
 }
 
 func startKubeRig(ctx context.Context, p *Plan, qm, dir string, log io.Writer) (*kubeRig, error) {
-	t := rig.FromScenario(p.Scenario)
 	// The clusters are the file's, with each fleet at its planned fixed
-	// size; the slices are copied so the scenario itself is left alone.
-	t.Spec.Clusters = append([]scenarios.Cluster(nil), t.Spec.Clusters...)
+	// size, and the links the plan's.
+	t := topologyOf(p.Scenario)
 	for i := range t.Spec.Clusters {
 		c := &t.Spec.Clusters[i]
-		c.Fleets = append([]scenarios.Fleet(nil), c.Fleets...)
 		for j := range c.Fleets {
 			c.Fleets[j].Replicas = p.Clusters[i].Fleets.Fleets[j].Replicas
-			c.Fleets[j].Buffer = nil
 		}
 		cp := p.Clusters[i]
 		t.Spec.Links.Overrides = append(t.Spec.Links.Overrides,

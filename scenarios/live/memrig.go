@@ -198,11 +198,9 @@ func (r *memRig) addLink(from, to, upstream string, l rig.Link) (string, error) 
 // writePolicies writes the entry's GameServerAllocationPolicies and the
 // connection Secrets they name, as one policies file.
 func (r *memRig) writePolicies(path string, endpoints map[string][]string) error {
-	t := &rig.Topology{
-		APIVersion: rig.APIVersion, Kind: rig.Kind, Metadata: r.plan.Scenario.Metadata,
-		Spec: rig.Spec{Namespace: "default", Clusters: r.plan.Scenario.Spec.Clusters, Policies: r.plan.Scenario.Spec.Policies},
-	}
-	objs, err := rig.PolicyObjects(t, r.plan.Entry, endpoints, r.certs)
+	t := topologyOf(r.plan.Scenario)
+	t.Spec.Namespace = "default"
+	objs, err := rig.PolicyObjects(&t, r.plan.Entry, endpoints, r.certs)
 	if err != nil {
 		return err
 	}

@@ -348,7 +348,7 @@ func meanOf(d *scenarios.Dist) (time.Duration, bool) {
 // linkOf turns a round-trip distribution into a link (half of it each way).
 // Only a constant is exact: toxiproxy's jitter is uniform.
 func linkOf(d *scenarios.Dist) (rig.Link, bool) {
-	half := func(x time.Duration) scenarios.Duration { return scenarios.Duration(x / 2) }
+	half := func(x time.Duration) rig.Duration { return rig.Duration(x / 2) }
 	switch {
 	case d == nil:
 		return rig.Link{}, true
@@ -357,10 +357,10 @@ func linkOf(d *scenarios.Dist) (rig.Link, bool) {
 	case d.LogNormal != nil:
 		// The median each way, jitter reaching a quarter of the way to the
 		// p99 round trip on each leg, as the rig's topology files do.
-		return rig.Link{Latency: half(d.LogNormal.Median.D()), Jitter: scenarios.Duration((d.LogNormal.P99.D() - d.LogNormal.Median.D()) / 4)}, false
+		return rig.Link{Latency: half(d.LogNormal.Median.D()), Jitter: rig.Duration((d.LogNormal.P99.D() - d.LogNormal.Median.D()) / 4)}, false
 	case d.Uniform != nil:
 		mid := (d.Uniform.Min.D() + d.Uniform.Max.D()) / 2
-		return rig.Link{Latency: half(mid), Jitter: scenarios.Duration((d.Uniform.Max.D() - d.Uniform.Min.D()) / 4)}, false
+		return rig.Link{Latency: half(mid), Jitter: rig.Duration((d.Uniform.Max.D() - d.Uniform.Min.D()) / 4)}, false
 	}
 	m, _ := meanOf(d)
 	return rig.Link{Latency: half(m), Jitter: half(m) / 2}, false
