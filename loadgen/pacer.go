@@ -298,9 +298,9 @@ func Length(p Pacer) time.Duration {
 // time. Waiting the last stretch before an arrival precisely (nanosleep,
 // see preciseSleep) removes most of it, but blocks a thread per arrival:
 // at high rates, or on a machine busy enough to deschedule the generator,
-// that costs the senders more than the precision is worth (commit 8bb7acb
-// left arrivals unsent at 4,000/s that way). precision decides, arrival by
-// arrival, which wait is affordable.
+// that costs the senders more than the precision is worth: precise waits
+// at every arrival of a high rate leave arrivals unsent. precision
+// decides, arrival by arrival, which wait is affordable.
 const (
 	// DefaultPrecise is the stretch before each arrival waited precisely:
 	// just over a Go timer's worst usual lateness, so a timer aimed that

@@ -28,7 +28,7 @@ const maxFloorPercent = 10000
 // collects tens of times a second under a lone caller's requests. Each
 // collection costs its fixed work, and it also shrinks the stacks of the
 // idle gRPC request goroutines, which the next request then grows again;
-// together about a fifth of such an entry's CPU per request. After every
+// together a large share of such an entry's CPU per request. After every
 // collection the floor sets GOGC so that the next one comes when the heap
 // reaches floor bytes, and back to the base (100) once what is live is
 // large enough for that to come later anyway. Go's memory limit
@@ -37,11 +37,9 @@ const maxFloorPercent = 10000
 //
 // The cost is memory and page faults: Go's scavenger gives back to the
 // system what the last collection left free, beyond what is live, so the
-// heap faults pages in again as it grows towards the floor (a little over
-// one fault per lone forwarded request at 64 MiB). The default is where
-// most of the saving is already had: an entry's CPU per lone forwarded
-// request was 108 µs with no floor, 91-93 µs at 16 MiB, 89-90 µs at 64 MiB
-// (mk/load-forward.sh, onecore, two runs each).
+// heap faults pages in again as it grows towards the floor; the larger the
+// floor, the more faults per request. The default is where most of the
+// saving is already had (docs/performance.md, Forwarding, the fifth pass).
 type heapFloor struct {
 	floor uint64
 	base  int
