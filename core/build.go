@@ -181,7 +181,7 @@ func (ix *Index) buildBase(b *build, g *group) {
 // was abandoned meanwhile (current turned false). expect is how many servers
 // keep will likely accept (the key's or namespace's count): room for them is
 // made at once, where growing by appends would allocate several times as
-// much (50 MB instead of 10 at 250,000 servers).
+// much.
 //
 // The pass ranges over ix.entries across releases of the lock. Go allows a
 // map to change during a range over it (what is added may or may not be

@@ -105,9 +105,9 @@ type GameServer struct {
 	// AllocatedAt is when Apply last allocated the server, in Unix
 	// nanoseconds; 0 when it has not since the server came into the core.
 	// It stands for the agones.dev/last-allocated annotation, which Apply
-	// does not write into Annotations: a map of its own per allocation was
-	// most of what an allocated server kept in memory, and left the
-	// collector that much more to mark. Where it is set it wins over any
+	// does not write into Annotations: a map of its own per allocation
+	// would be most of what an allocated server keeps in memory, and leave
+	// the collector that much more to mark. Where it is set it wins over any
 	// stamp in Annotations. Read annotations as Agones has them with
 	// Annotation, LastAllocated and AllAnnotations.
 	AllocatedAt int64
