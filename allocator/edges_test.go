@@ -43,9 +43,8 @@ func waitReady(t *testing.T, conn interface {
 }
 
 // A gRPC channel that connects before its first call and then idles past
-// the routing deadline keeps its connection on the shared port (it used to
-// be closed after 10 s); a client that never sends the preface is still
-// dropped at the deadline.
+// the routing deadline keeps its connection on the shared port; a client
+// that never sends the preface is still dropped at the deadline.
 func TestSharedPortIdleChannelKeptSilentClientDropped(t *testing.T) {
 	shortRouteTimeout(t, 300*time.Millisecond)
 	h := startHarness(t, harnessOpts{})

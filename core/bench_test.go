@@ -320,7 +320,7 @@ var benchSink uint64
 // costs everyone else. The index builds that key's groups then (every
 // server looked at, the ones carrying it sorted by name); at 250,000
 // servers that is a fraction of a second of CPU on a quiet machine, many
-// seconds on a busy one, and it used to happen under the index's lock. A
+// seconds on a busy one, so it must not happen under the index's lock. A
 // victim allocates (a fleet label, Packed, given back each time) alone and
 // then while, per round, a first request names a new key carried by every
 // server. It reports, as medians over rounds, the build's wall time, the

@@ -1,6 +1,6 @@
 package kube_test
 
-// BenchmarkKubeThroughput is the load benchmark of issue 4 ("Speed"): the
+// BenchmarkKubeThroughput is the kubernetes backend's load benchmark: the
 // allocator's throughput on the kubernetes backend as a ratio to the
 // ceiling, a plain client-go loop writing the same objects, measured in the
 // same run against the same API server. It takes minutes and a cluster of

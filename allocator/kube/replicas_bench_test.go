@@ -1,6 +1,6 @@
 package kube_test
 
-// BenchmarkReplicasNoConfig is issue 19's load as a benchmark: three
+// BenchmarkReplicasNoConfig measures replicas left to find each other: three
 // replicas started as an operator would scale a Deployment (default
 // settings, membership through Leases), 2,000 Ready GameServers, 16
 // callers per replica, 600 requests per replica; its throughput as a ratio

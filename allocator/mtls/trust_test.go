@@ -35,8 +35,8 @@ func readyConn(t *testing.T, addr string, f *fixture, ca *certs.Authority, ident
 }
 
 // A client-CA directory emptied of its CA files trusts nobody: new
-// handshakes fail and open connections are closed. (It used to keep the
-// removed CAs, as if the directory were caught mid-update.)
+// handshakes fail and open connections are closed, rather than the
+// removed CAs kept as if the directory were caught mid-update.
 func TestEmptiedClientCADirRefusesEveryone(t *testing.T) {
 	f := newFixture(t, mtls.ModeMTLS)
 	addr := startGRPC(t, f.srv, f.srv.GRPCCredentials(), nil)

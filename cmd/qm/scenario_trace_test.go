@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// TestScenarioLiveTraceReplay is issue 16's last check as a user runs it:
+// TestScenarioLiveTraceReplay replays a live run's trace as a user would:
 // `qm scenario run FILE --live --time-scale 60 --trace T --out L` (a real
 // qm process, which starts its allocators as qm serve processes), then `qm
 // sim --replay T FILE --out R`; the replay's cluster shares agree with the
