@@ -207,9 +207,9 @@ func TestCreateDeadlineCleansUp(t *testing.T) {
 	before := len(h.backend.Index().List())
 	// Create keeps a tenth of the caller's deadline (at most 1s) back for
 	// deleting the server and answering: 2s leaves 200ms, which a 2-core
-	// machine busy with other tests under -race still makes. (300ms left
-	// 30ms, and the client's own deadline sometimes fired first, with no
-	// message from the server.)
+	// machine busy with other tests under -race still makes; much less, and
+	// the client's own deadline may fire first, with no message from the
+	// server.
 	_, err := alice.Create(callCtx(t, 2*time.Second), &qmv1.CreateRequest{Template: "slow"})
 	wantCode(t, err, codes.DeadlineExceeded)
 	if !strings.Contains(err.Error(), "did not become Ready within the caller's deadline; it was deleted, nothing is left behind") {

@@ -17,8 +17,8 @@ import (
 // protobuf codec, except that the remote's AllocationResponse, the one
 // message a forward receives, is decoded by hand (decodeResponse). The
 // proto library decodes its label and annotation maps through reflection,
-// with several heap allocations per entry; that was about a third of the
-// allocations a forwarded request made in the entry allocator.
+// with several heap allocations per entry, a large share of what a
+// forwarded request allocates in the entry allocator.
 type clientCodec struct {
 	proto encoding.CodecV2
 }

@@ -56,8 +56,8 @@ const (
 // into an allocation.AllocationRequest followed by RequestToCore gives (the
 // fuzz test holds it to that, unknown fields, repeated and merged fields
 // and malformed input included), without building the AllocationRequest
-// and its maps first: on gRPC's hot path that was about half of what an
-// allocation request allocated before the core saw it.
+// and its maps first, which on gRPC's hot path would be most of what an
+// allocation request allocates before the core sees it.
 //
 // Bytes proto.Unmarshal rejects give an error wrapping ErrMalformed; a
 // well-formed request that RequestToCore rejects gives its
