@@ -159,8 +159,10 @@ type nodeInfo struct {
 	ready     int
 	allocated int
 	servers   int // entries on this node, any state
-	// gns are this node's groupNodes in ordered groups: the ones a change
-	// of the node's counts must mark for re-sorting.
+	// gns are this node's groupNodes, one per group it has members in:
+	// join finds a node's place in a group here, among a few, rather than
+	// in the group's map of every node; a change of the node's counts marks
+	// the ordered groups' ones for re-sorting.
 	gns []*groupNode
 }
 
@@ -696,7 +698,9 @@ func (ix *Index) count(n *nodeInfo, st State, delta int) {
 // markDirty marks the node for re-sorting in every ordered group it is in.
 func (n *nodeInfo) markDirty() {
 	for _, gn := range n.gns {
-		gn.markDirty()
+		if gn.g.ordered {
+			gn.markDirty()
+		}
 	}
 }
 
@@ -840,10 +844,8 @@ func (ix *Index) dropGroup(g *group) {
 	} else {
 		ix.endBaseBuild(g.key)
 	}
-	if g.ordered {
-		for _, gn := range g.nodes {
-			g.dropNode(gn)
-		}
+	for _, gn := range g.nodes {
+		g.dropNode(gn)
 	}
 	clear(g.nodes)
 	clear(g.dirty)
@@ -851,14 +853,17 @@ func (ix *Index) dropGroup(g *group) {
 }
 
 func (ix *Index) join(e *entry, g *group) {
-	gn := g.nodes[e.node]
-	if gn == nil {
-		gn = &groupNode{g: g, node: e.node}
-		g.nodes[e.node] = gn
-		if g.ordered {
-			gn.nodePos = len(e.node.gns)
-			e.node.gns = append(e.node.gns, gn)
+	var gn *groupNode
+	for _, x := range e.node.gns {
+		if x.g == g {
+			gn = x
+			break
 		}
+	}
+	if gn == nil {
+		gn = &groupNode{g: g, node: e.node, nodePos: len(e.node.gns)}
+		g.nodes[e.node] = gn
+		e.node.gns = append(e.node.gns, gn)
 	}
 	name := e.gs.Name
 	// Packed allocates a node's servers in name order, so an Allocated
@@ -902,7 +907,7 @@ func (ix *Index) leave(e *entry, m membership) {
 	if g.ordered {
 		gn.markDirty()
 	} else if len(gn.members) == 0 {
-		delete(g.nodes, gn.node)
+		g.dropNode(gn)
 	}
 	last := len(g.all) - 1
 	moved := g.all[last]
@@ -965,13 +970,11 @@ func (g *group) refresh(n int) bool {
 // refresh builds the order (in chunks, if the caller wants).
 func (g *group) startOrder() {
 	g.ordered = true
-	for n, gn := range g.nodes {
+	for _, gn := range g.nodes {
 		if len(gn.members) == 0 {
-			delete(g.nodes, n)
+			g.dropNode(gn)
 			continue
 		}
-		gn.nodePos = len(n.gns)
-		n.gns = append(n.gns, gn)
 		gn.markDirty()
 	}
 }

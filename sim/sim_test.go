@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"container/heap"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -27,6 +29,70 @@ func TestQueueOrdersByTimeThenInsertion(t *testing.T) {
 		}
 		lastAt, lastID = e.at, e.id
 	}
+}
+
+// TestQueueMatchesSortedOrder interleaves pushes and pops over times that
+// fall in the current bucket, the ring and beyond it (the far heap), the
+// way the simulator does (nothing is scheduled before the last event
+// popped), and checks every pop against a plain heap ordered by time, then
+// push order.
+func TestQueueMatchesSortedOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var q queue
+	var ref refHeap
+	now, id := int64(0), int32(0)
+	spans := []int64{1 << 20, 1 << bucketShift, 50 << bucketShift, ringSize << bucketShift, 3 * ringSize << bucketShift}
+	popped, sawRing, sawFar := 0, false, false
+	for step := 0; ; step++ {
+		if step < 60_000 && (q.len() == 0 || r.IntN(3) > 0) {
+			// Several at the same time now and then, for the tie-break.
+			at := now
+			if r.IntN(8) > 0 {
+				at += r.Int64N(spans[r.IntN(len(spans))])
+			}
+			q.push(event{at: at, id: id})
+			heap.Push(&ref, event{at: at, id: id})
+			id++
+			sawRing = sawRing || q.inRing > 0
+			sawFar = sawFar || len(q.far) > 0
+			continue
+		}
+		if q.len() == 0 {
+			break
+		}
+		want := heap.Pop(&ref).(event)
+		if q.peek() != want.at {
+			t.Fatalf("pop %d: peek %d, want %d", popped, q.peek(), want.at)
+		}
+		e := q.pop()
+		if e.at != want.at || e.id != want.id {
+			t.Fatalf("pop %d: got (%d, %d), want (%d, %d)", popped, e.at, e.id, want.at, want.id)
+		}
+		now = e.at
+		popped++
+		if q.len() != ref.Len() {
+			t.Fatalf("len %d, want %d", q.len(), ref.Len())
+		}
+	}
+	if popped != int(id) || !sawRing || !sawFar {
+		t.Fatalf("%d pushed, %d popped; ring used: %v, far heap used: %v", id, popped, sawRing, sawFar)
+	}
+}
+
+// refHeap is container/heap's plain binary heap of events by (at, id).
+type refHeap []event
+
+func (h refHeap) Len() int { return len(h) }
+func (h refHeap) Less(i, j int) bool {
+	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].id < h[j].id
+}
+func (h refHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *refHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *refHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }
 
 func TestScheduleExpectedAndInverse(t *testing.T) {

@@ -102,7 +102,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%s: %w", files[0], err)
 	}
-	tuneGC()
+	tuneGC(1)
 	opt := plan.Options{Stop: func() bool { return ctx.Err() != nil }}
 	if !*quiet {
 		opt.Progress = func(value int, pt *plan.Point) {

@@ -39,7 +39,7 @@ func runSimReplay(ctx context.Context, sc *scenarios.Scenario, tracePath string,
 	if err != nil {
 		return fmt.Errorf("--replay: %w", err)
 	}
-	tuneGC()
+	tuneGC(1)
 	start := time.Now()
 	opt := scenarios.Options{Stop: func() bool { return ctx.Err() != nil }}
 	if !quiet {
