@@ -13,8 +13,8 @@ import (
 // time a request needs them: every server in the index is looked at, the
 // ones that belong are put in name order (so that the groups, and with them
 // every seeded random pick, are the same for the same history), and joined.
-// At 250,000 servers that is some 0.4 s of CPU on a quiet machine and many
-// seconds on a busy one; done under the index's lock it stalled every other
+// On a large fleet that takes a noticeable time, far longer on a busy
+// machine, and done under the index's lock it would stall every other
 // allocation for as long. So a build runs on a goroutine of its own:
 //
 //   - It starts under the lock by making the structure live: the key joins

@@ -12,7 +12,7 @@ import (
 // The gRPC caller encodes its one request once, before the run, and reads
 // from each answer only the fields a session needs. With the protobuf
 // library, decoding an AllocationResponse (ports, metadata maps, counters)
-// and encoding the request again for every call was a fifth of the
+// and encoding the request again for every call is a large share of the
 // generator's CPU, which on a machine shared with the server is taken from
 // the server and shows in its throughput. The echo goes through the same
 // codec, so the two targets' clients do comparable work.

@@ -316,8 +316,9 @@ const (
 	// can catch up on timers alone. A lone stall (a few milliseconds of
 	// the process's own collector, say) then costs a tenth of a second
 	// of timer pacing, while a machine that keeps the generator behind
-	// keeps extending it. (A whole second put a quarter of a quiet run's
-	// arrivals on timers, which set its p99 lateness.)
+	// keeps extending it. (A much longer cooldown would put a large share
+	// of a quiet run's arrivals on timers, which would set its p99
+	// lateness.)
 	preciseSlack    = 2 * time.Millisecond
 	preciseCooldown = 100 * time.Millisecond
 )
