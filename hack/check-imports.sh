@@ -47,6 +47,20 @@ if [ -n "$bad" ]; then
   echo "scenarios must not depend on the allocator, rigs, Kubernetes or gRPC (scenarios/live may); it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
 fi
 
+# The rig brings up its own topology; scenario files are converted to it in
+# scenarios/live, so the rig does not depend on their format.
+bad=$(deps ./kindcluster/rig | grep -E "^${mod}/(scenarios|sim|plan)(/|\$)" || true)
+if [ -n "$bad" ]; then
+  echo "kindcluster/rig must not depend on scenarios, sim or plan (scenarios/live converts a scenario to a rig.Topology); it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+fi
+
+# loadgen drives load from a pacer and a request; scenarios/live hands it a
+# scenario's, so the arrows between the two folders run one way only.
+bad=$(deps ./loadgen/... | grep -E "^${mod}/(scenarios|sim|plan)(/|\$)" || true)
+if [ -n "$bad" ]; then
+  echo "loadgen must not depend on scenarios, sim or plan (scenarios/live depends on loadgen); it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+fi
+
 # reports reads results; it has no business with clusters or the service
 # itself (the wire types it sees come through loadgen's result).
 if [ -d reports ]; then

@@ -17,6 +17,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/loadgen"
 	"github.com/quartermaster-dev/quartermaster/scenarios"
+	"github.com/quartermaster-dev/quartermaster/scenarios/live"
 )
 
 func init() {
@@ -440,7 +441,7 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		if err != nil {
 			return nil, fmt.Errorf("--scenario: %v", err)
 		}
-		w, err := loadgen.ScenarioWorkload(sc, f.stream, f.seed, share)
+		w, err := live.WorkloadOf(sc, f.stream, f.seed, share)
 		if err != nil {
 			return nil, fmt.Errorf("--scenario %s: %v", f.scenario, err)
 		}

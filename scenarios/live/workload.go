@@ -1,36 +1,35 @@
-package loadgen
+package live
 
 import (
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/loadgen"
 	"github.com/quartermaster-dev/quartermaster/scenarios"
 	"github.com/quartermaster-dev/quartermaster/sim"
 )
 
 // Workload is what one stream of a scenario's workload asks of a live
-// allocator: the same arrival schedule the simulator follows, the same
-// request, and session lengths drawn from the same distribution.
+// allocator (`qm load --scenario`): the same arrival schedule the
+// simulator follows, the same request, and session lengths drawn from the
+// same distribution.
 type Workload struct {
 	Stream   string
 	Duration time.Duration
 	// NewPacer returns the stream's schedule (sim.Schedule, the very
-	// definition of the rate the simulator uses).
-	NewPacer func() Pacer
+	// definition of the rate the simulator uses), arrivals evenly spaced.
+	NewPacer func() loadgen.Pacer
 	Request  *allocation.AllocationRequest
 	// SessionLength draws a session length (safe for concurrent use).
 	SessionLength func() time.Duration
 }
 
-// ScenarioWorkload picks stream (the only one when stream is "") from a
+// WorkloadOf picks stream (the only one when stream is "") from a
 // scenario. share scales the rate for one of several generators.
-func ScenarioWorkload(s *scenarios.Scenario, stream string, seed uint64, share float64) (*Workload, error) {
+func WorkloadOf(s *scenarios.Scenario, stream string, seed uint64, share float64) (*Workload, error) {
 	cfg, err := s.Config()
 	if err != nil {
 		return nil, err
@@ -50,7 +49,7 @@ func ScenarioWorkload(s *scenarios.Scenario, stream string, seed uint64, share f
 		return nil, fmt.Errorf("scenario %s has no workload stream %q (it has %s)", s.Metadata.Name, stream, strings.Join(names, ", "))
 	}
 	st := cfg.Streams[idx]
-	rate := scaleRate(st.Rate, share)
+	rate := shareRate(st.Rate, share)
 	if _, err := sim.NewSchedule(rate, cfg.Duration); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", st.Name, err)
 	}
@@ -58,20 +57,21 @@ func ScenarioWorkload(s *scenarios.Scenario, stream string, seed uint64, share f
 	if err != nil {
 		return nil, fmt.Errorf("stream %s request: %w", st.Name, err)
 	}
-	sampler := newSessionSampler(st.Session, seed)
 	return &Workload{
 		Stream:   st.Name,
 		Duration: cfg.Duration,
-		NewPacer: func() Pacer {
+		NewPacer: func() loadgen.Pacer {
 			sc, _ := sim.NewSchedule(rate, cfg.Duration) // checked above
 			return sc
 		},
 		Request:       req,
-		SessionLength: sampler,
+		SessionLength: sessionSampler(st.Session, seed),
 	}, nil
 }
 
-func scaleRate(r sim.RateSpec, f float64) sim.RateSpec {
+// shareRate multiplies every rate of a schedule by f, leaving its time
+// axis alone: one generator's share of the load.
+func shareRate(r sim.RateSpec, f float64) sim.RateSpec {
 	if f == 1 {
 		return r
 	}
@@ -95,34 +95,4 @@ func scaleRate(r sim.RateSpec, f float64) sim.RateSpec {
 		out.Spikes = append(out.Spikes, s)
 	}
 	return out
-}
-
-// z99 is the standard normal's 99th percentile, to turn a lognormal's
-// median and p99 into its parameters.
-const z99 = 2.3263478740408408
-
-// newSessionSampler draws from d with a seeded generator.
-func newSessionSampler(d sim.Dist, seed uint64) func() time.Duration {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(seed, 0x5e55))
-	return func() time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		var v float64
-		switch d.Kind {
-		case sim.Exponential:
-			v = rng.ExpFloat64() * float64(d.Mean)
-		case sim.LogNormal:
-			m := math.Log(float64(d.Median))
-			s := (math.Log(float64(d.P99)) - m) / z99
-			v = math.Exp(m + s*rng.NormFloat64())
-		case sim.Uniform:
-			v = float64(d.Min) + rng.Float64()*float64(d.Max-d.Min)
-		case sim.Normal:
-			v = math.Max(0, float64(d.Mean)+rng.NormFloat64()*float64(d.Stddev))
-		default:
-			v = float64(d.Value)
-		}
-		return time.Duration(v)
-	}
 }
