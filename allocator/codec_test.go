@@ -20,8 +20,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
-// TestGRPCAnswerIsResponseFromCore: the gRPC server writes a local
-// allocation's answer straight from the game server; a client must decode
+// TestGRPCAnswerIsResponseFromCore: a client of the gRPC server must decode
 // exactly the message wire.ResponseFromCore describes the allocated server
 // with (ports, addresses, labels, annotations, counters, lists).
 func TestGRPCAnswerIsResponseFromCore(t *testing.T) {
@@ -50,10 +49,7 @@ func TestGRPCAnswerIsResponseFromCore(t *testing.T) {
 		if !ok {
 			t.Fatalf("request %d: allocated %q is not in the backend", i, got.GameServerName)
 		}
-		want, err := wire.ResponseFromCore(gs, wire.SourceLocal)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := wire.ResponseFromCore(gs, wire.SourceLocal)
 		if !proto.Equal(got, want) {
 			t.Errorf("request %d: gRPC answered\n%v\nwant\n%v", i, got, want)
 		}
@@ -74,9 +70,8 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 }
 func (rawCodec) Name() string { return "proto" }
 
-// TestGRPCRequestDecoding: the server reads Allocate's request by hand
-// (wire.DecodeRequest); over a real connection it answers as the generated
-// decoder's path did: bytes that are not protobuf are Internal, an enum
+// TestGRPCRequestDecoding: over a real connection the server answers
+// Allocate's request bytes as Agones' allocator does: bytes that are not protobuf are Internal, an enum
 // value outside the API is InvalidArgument naming the field (and nothing
 // is allocated), unknown fields are ignored, and a well-formed request
 // allocates what it selects.

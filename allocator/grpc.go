@@ -24,94 +24,65 @@ func RegisterGRPC(s *grpc.Server, svc *Service, t *mtls.Server) {
 	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
 }
 
-// registerGRPCDirect is RegisterGRPC for a grpc.Server that uses codec
-// (Server's own): Allocate answers a local allocation with a *localAnswer,
-// which only that codec knows how to write. The service is the same
-// allocation.AllocationService, method for method.
-func registerGRPCDirect(s *grpc.Server, svc *Service, t *mtls.Server) {
+// registerGRPCServer is RegisterGRPC for Server's own grpc.Server, whose
+// codec (codec.go) decodes Allocate's request into a *request: the same
+// allocation.AllocationService, method for method, with the pipeline's
+// steps 1 and 2 in allocateHandler.
+func registerGRPCServer(s *grpc.Server, svc *Service, t *mtls.Server) {
 	desc := allocation.AllocationService_ServiceDesc
-	desc.Methods = []grpc.MethodDesc{{MethodName: "Allocate", Handler: allocateDirect}}
+	desc.Methods = []grpc.MethodDesc{{MethodName: "Allocate", Handler: allocateHandler}}
 	g := &grpcAllocation{svc: svc, tls: t}
 	g.info = &grpc.UnaryServerInfo{Server: g, FullMethod: allocation.AllocationService_Allocate_FullMethodName}
+	g.handle = g.serve
 	s.RegisterService(&desc, g)
 	qmv1.RegisterAllocationAdminServer(s, &grpcAdmin{svc: svc, tls: t})
 }
 
-// allocateDirect is the generated Allocate handler with the request read
-// by the codec straight into the core's form (see decodedRequest) and the
-// answer left to the codec (see localAnswer). While a tracer records
-// requests as sent, they are decoded as AllocationRequests instead. The
-// handler handed to the interceptors is a plain function and their info
-// is made once: a closure or an info per call would be heap allocations
-// per request.
-func allocateDirect(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+// requestPool keeps the *request structs the codec decodes into; serve
+// keeps none once it has returned.
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// allocateHandler is the generated Allocate handler with the request
+// decoded by the codec into a *request. The handler handed to the
+// interceptors and their info are made once, at registration: a closure
+// or an info per call would be heap allocations per request.
+func allocateHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	g := srv.(*grpcAllocation)
-	if g.svc.tracer.Load() == nil {
-		return serveFromPool(ctx, g, dec, interceptor)
-	}
-	in := new(allocation.AllocationRequest)
-	call := func(ctx context.Context, req any) (any, error) {
-		id, err := identify(g.tls, ctx)
-		if err != nil {
-			return nil, err
-		}
-		return g.svc.allocateAnswer(ctx, id, req.(*allocation.AllocationRequest))
-	}
-	if err := dec(in); err != nil {
+	r := requestPool.Get().(*request)
+	defer func() {
+		*r = request{}
+		requestPool.Put(r)
+	}()
+	if err := dec(r); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return call(ctx, in)
+		return g.serve(ctx, r)
 	}
-	return interceptor(ctx, in, g.info, call)
+	return interceptor(ctx, r, g.info, g.handle)
 }
 
-// decodedPool keeps decodedRequests between calls: one is a few hundred
-// bytes, about a tenth of what an allocation leaves to the collector.
-var decodedPool = sync.Pool{New: func() any { return new(decodedRequest) }}
-
-// serveFromPool is allocateDirect for a request decoded into a pooled
-// decodedRequest. It goes back to the pool once its handler has returned,
-// unless it holds a multi-cluster request: forwarding reads the request as
-// sent (d.in). Nothing else keeps the struct: Normalize copies it, and the
-// answer is the allocated server's own. Only the struct is reused; the maps
-// it held (which an allocated server may go on sharing) are dropped with
-// it, never refilled.
-func serveFromPool(ctx context.Context, g *grpcAllocation, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	d := decodedPool.Get().(*decodedRequest)
-	d.g = g
-	var out any
-	err := dec(d)
-	if err == nil {
-		if interceptor == nil {
-			out, err = serveDecoded(ctx, d)
-		} else {
-			out, err = interceptor(ctx, d, g.info, serveDecoded)
-		}
-	}
-	if d.in == nil {
-		*d = decodedRequest{}
-		decodedPool.Put(d)
-	}
-	return out, err
-}
-
-// serveDecoded is allocateDirect's handler for a *decodedRequest.
-func serveDecoded(ctx context.Context, req any) (any, error) {
-	d := req.(*decodedRequest)
-	id, err := identify(d.g.tls, ctx)
+// serve identifies the caller of a decoded request and serves it.
+func (g *grpcAllocation) serve(ctx context.Context, r any) (any, error) {
+	id, err := identify(g.tls, ctx)
 	if err != nil {
 		return nil, err
 	}
-	return d.g.svc.allocateDecoded(ctx, id, d)
+	resp, err := g.svc.serve(ctx, id, *r.(*request))
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // grpcAllocation is allocation.AllocationService, exactly Agones' API.
 type grpcAllocation struct {
 	allocation.UnimplementedAllocationServiceServer
-	svc  *Service
-	tls  *mtls.Server
-	info *grpc.UnaryServerInfo // registerGRPCDirect's, for allocateDirect
+	svc *Service
+	tls *mtls.Server
+	// info and handle are registerGRPCServer's, for allocateHandler.
+	info   *grpc.UnaryServerInfo
+	handle grpc.UnaryHandler
 }
 
 func (g *grpcAllocation) Allocate(ctx context.Context, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {

@@ -12,7 +12,6 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
-	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // MultiCluster routes requests with multiClusterSetting.enabled across
@@ -48,51 +47,6 @@ func (s *Service) source(resp *allocation.AllocationResponse) string {
 		return c
 	}
 	return OtherLabel
-}
-
-// multiCluster is the service's side of a multi-cluster request: checks
-// that hold whatever the policies say, then the forwarder, whose local
-// entries come back through allocate with multi-cluster disabled (so
-// limits, ownership and metrics apply to them as to any request here).
-func (s *Service) multiCluster(ctx context.Context, identity, ns string, in *allocation.AllocationRequest, req core.Request, prep *preparedRequest) (_, fleet string, _ *allocation.AllocationResponse, retries int, _ error) {
-	// A bad request fails here once, not once per cluster; a prepared one
-	// that passed before passes again (the same bytes).
-	if prep == nil || !prep.valid.Load() {
-		if _, err := core.Normalize(&req); err != nil {
-			return ns, "", nil, 0, status.Error(codes.InvalidArgument, err.Error())
-		}
-		if prep != nil {
-			prep.valid.Store(true)
-		}
-	}
-	// The namespace's policies are the namespace's: an identity that may
-	// not allocate there may not use them to reach other clusters either.
-	if err := namespaceAllowed(s.limits.Load(), identity, ns); err != nil {
-		s.metrics.Rejections.WithLabelValues("namespace").Inc()
-		return ns, "", nil, 0, err
-	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	local := func(ctx context.Context, r *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
-		_, fl, resp, n, err := s.allocate(ctx, identity, r)
-		retries += n
-		if err == nil {
-			fleet = fl
-		}
-		return resp, err
-	}
-	var memo *forward.Memo
-	if prep != nil && prep.in == in {
-		memo = &prep.memo
-	}
-	resp, err := s.multi.AllocateFor(ctx, identity, in, memo, s.seed(), local)
-	if err != nil {
-		return ns, "", nil, retries, err
-	}
-	if fleet == "" {
-		fleet = resp.GetMetadata().GetLabels()[core.FleetLabel]
-	}
-	return ns, fleet, resp, retries, nil
 }
 
 // namespaceAllowed reports, as PermissionDenied, an identity the limits

@@ -11,15 +11,14 @@ import (
 )
 
 // Prepared requests. A matchmaker sends the same few requests over and over
-// (one per game mode and region, say), byte for byte. The codec keeps the
-// decoded form of the requests it has seen, keyed by their bytes, and the
-// service keeps beside each the normalized request it last made of it for
-// one caller: a request seen before is then neither decoded nor validated
-// nor compiled again, which was a tenth of an allocation's CPU and most of
-// the garbage it left outside gRPC. A request is kept the second time its
-// bytes come, so requests that differ every time (a match ID in their
-// metadata) cost a hash each and are never kept; the cache is small and
-// starts over when full.
+// (one per game mode and region, say), byte for byte. The gRPC codec keeps
+// the decoded form of the requests it has seen, keyed by their bytes, and
+// the service keeps beside each the normalized request it last made of it
+// for one caller (pipeline.go's step 3): a request seen before is then
+// neither decoded nor converted, validated or compiled again. A request is
+// kept the second time its bytes come, so requests that differ every time
+// (a match ID in their metadata) cost a hash each and are never kept; the
+// cache is small and starts over when full.
 
 const (
 	// maxPreparedRequests bounds the cache; it is emptied when full.
@@ -30,16 +29,12 @@ const (
 )
 
 // preparedRequest is a request as decoded, shared by every call that sends
-// the same bytes. Nothing in it is modified once it is in the cache: a call
-// copies req (and its selectors) before changing anything.
+// the same bytes. sent is never modified once it is in the cache.
 type preparedRequest struct {
-	req  core.Request
+	sent *allocation.AllocationRequest
 	norm atomic.Pointer[normalizedRequest]
-	// in is a multi-cluster request as sent (forwarding sends it on; it is
-	// only read), nil for any other; valid says it passed validation once.
-	in    *allocation.AllocationRequest
-	valid atomic.Bool
-	// memo is in's forwarded encodings (forward.Memo).
+	// memo is sent's forwarded encodings (forward.Memo), for a
+	// multi-cluster request.
 	memo forward.Memo
 }
 
@@ -92,11 +87,9 @@ func (c *requestCache) get(b []byte) *preparedRequest {
 	return p
 }
 
-// put prepares req (just decoded from b; in is the request as sent, for a
-// multi-cluster one) and returns it, or nil when b is too large to keep or
-// seen for the first time. The prepared copy has selector storage of its
-// own, so the caller's may be reused.
-func (c *requestCache) put(b []byte, req *core.Request, in *allocation.AllocationRequest) *preparedRequest {
+// put prepares sent (just decoded from b; the cache keeps it) and returns
+// it, or nil when b is too large to keep or seen for the first time.
+func (c *requestCache) put(b []byte, sent *allocation.AllocationRequest) *preparedRequest {
 	if len(b) > maxPreparedBytes {
 		return nil
 	}
@@ -107,9 +100,7 @@ func (c *requestCache) put(b []byte, req *core.Request, in *allocation.Allocatio
 		*slot = h
 		return nil
 	}
-	p := &preparedRequest{req: *req, in: in}
-	p.req.Selectors = append([]core.Selector(nil), req.Selectors...)
-	p.req.Preferred = append([]core.Selector(nil), req.Preferred...)
+	p := &preparedRequest{sent: sent}
 	if len(c.m) >= maxPreparedRequests {
 		clear(c.m)
 	}

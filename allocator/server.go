@@ -104,7 +104,7 @@ func NewServer(o ServerOptions) (*Server, error) {
 		creds = mtls.HandshakenCredentials()
 	}
 	s.grpc = newGRPCServer(creds, o, s.log)
-	registerGRPCDirect(s.grpc, o.Service, o.TLS)
+	registerGRPCServer(s.grpc, o.Service, o.TLS)
 	s.hs = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.hs)
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -52,9 +52,8 @@ type traceItem struct {
 	at      time.Time
 	latency time.Duration
 	req     *allocation.AllocationRequest
-	gs      *core.GameServer // a local allocation
-	name    string           // a forwarded allocation's server
-	source  string           // its cluster, "" for this one
+	name    string // a forwarded allocation's server
+	source  string // its cluster, "" for this one
 	code    codes.Code
 	retries int
 	// release: a Release of rel (namespace, name) rather than an
@@ -125,20 +124,18 @@ func (t *Tracer) Close() error { return t.a.Close() }
 // from now on. The caller closes a tracer it replaces.
 func (s *Service) SetTracer(t *Tracer) { s.tracer.Store(t) }
 
-// trace hands one answered request to the tracer, if there is one. gs is
-// the server of a local allocation (Allocate's gRPC answer carries no
-// response message); resp the answer otherwise.
-func (s *Service) trace(start time.Time, in *allocation.AllocationRequest, gs *core.GameServer, resp *allocation.AllocationResponse, retries int, err error) {
+// trace hands one answered request to the tracer, if there is one.
+func (s *Service) trace(start time.Time, in *allocation.AllocationRequest, o outcome) {
 	t := s.tracer.Load()
 	if t == nil {
 		return
 	}
-	it := traceItem{at: start, latency: time.Since(start), req: in, gs: gs, retries: retries}
-	if err != nil {
-		it.code = status.Code(err)
-	} else if gs == nil && resp != nil {
-		it.name = resp.GetGameServerName()
-		if src := s.source(resp); src != wire.SourceLocal {
+	it := traceItem{at: start, latency: time.Since(start), req: in, retries: o.retries}
+	if o.err != nil {
+		it.code = status.Code(o.err)
+	} else if o.resp != nil {
+		it.name = o.resp.GetGameServerName()
+		if src := s.source(o.resp); src != wire.SourceLocal {
 			it.source = src
 		}
 	}
@@ -216,10 +213,7 @@ func (t *Tracer) record(it *traceItem, r *trace.Record) {
 	if ns == "" {
 		ns = core.DefaultNamespace
 	}
-	switch {
-	case it.gs != nil:
-		r.Cluster, r.GameServer = t.cluster, it.gs.Namespace+"/"+it.gs.Name
-	case it.code == codes.OK && it.name != "":
+	if it.code == codes.OK && it.name != "" {
 		r.Cluster, r.GameServer = it.source, ns+"/"+it.name
 		if r.Cluster == "" {
 			r.Cluster = t.cluster

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
-	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/trace"
 )
 
@@ -21,8 +20,8 @@ func BenchmarkTraceRecord(b *testing.B) {
 	defer w.Close()
 	t := &Tracer{cluster: "local", reqJSON: map[string]json.RawMessage{}}
 	it := traceItem{at: time.Now(), latency: 13 * time.Microsecond,
-		req: &allocation.AllocationRequest{Namespace: "default", GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "load"}}}},
-		gs:  &core.GameServer{Namespace: "default", Name: "big-4fwbh"}}
+		req:  &allocation.AllocationRequest{Namespace: "default", GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{"mode": "load"}}}},
+		name: "big-4fwbh"}
 	b.ReportAllocs()
 	var r trace.Record
 	for b.Loop() {

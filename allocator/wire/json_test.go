@@ -244,10 +244,7 @@ var responseFixtures = map[string]*core.GameServer{
 func TestJSONResponseGolden(t *testing.T) {
 	for name, gs := range responseFixtures {
 		t.Run(name, func(t *testing.T) {
-			resp, err := ResponseFromCore(gs, SourceLocal)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := ResponseFromCore(gs, SourceLocal)
 			body, err := EncodeJSONResponse(resp)
 			if err != nil {
 				t.Fatal(err)
@@ -274,10 +271,7 @@ func TestJSONResponseGolden(t *testing.T) {
 }
 
 func TestJSONResponseFacts(t *testing.T) {
-	resp, err := ResponseFromCore(responseFixtures["full"], SourceLocal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := ResponseFromCore(responseFixtures["full"], SourceLocal)
 	body, err := EncodeJSONResponse(resp)
 	if err != nil {
 		t.Fatal(err)
@@ -294,10 +288,7 @@ func TestJSONResponseFacts(t *testing.T) {
 	}
 
 	// Unpopulated fields are still emitted.
-	resp, err = ResponseFromCore(responseFixtures["minimal"], SourceLocal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp = ResponseFromCore(responseFixtures["minimal"], SourceLocal)
 	body, err = EncodeJSONResponse(resp)
 	if err != nil {
 		t.Fatal(err)

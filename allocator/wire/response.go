@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"errors"
 	"sort"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
@@ -14,37 +13,49 @@ import (
 const SourceLocal = "local"
 
 // ResponseFromCore describes an allocated game server as an Agones
-// AllocationResponse. source is the allocator endpoint that served it
-// (SourceLocal for this cluster; the remote endpoint when forwarded).
+// AllocationResponse: the one answer every allocation is given, whichever
+// front end and encoding carries it. source is the allocator endpoint that
+// served it (SourceLocal for this cluster; the remote endpoint when
+// forwarded).
 //
 // Metadata is always present, and counters and lists carry both count and
 // capacity, so a JSON client sees every field (Agones' REST answers do the
-// same). The response shares no memory with gs.
-func ResponseFromCore(gs *core.GameServer, source string) (*allocation.AllocationResponse, error) {
+// same). The response shares gs's maps and value slices instead of copying
+// them: a server in the core is never modified once allocated, and a
+// response is only read. Empty maps and lists are nil, as a decoded
+// response has them. A nil server has no response (nil).
+func ResponseFromCore(gs *core.GameServer, source string) *allocation.AllocationResponse {
 	if gs == nil {
-		return nil, errors.New("wire: no game server to describe")
+		return nil
 	}
-	out := &allocation.AllocationResponse{
-		GameServerName: gs.Name,
-		Address:        gs.Address,
-		NodeName:       gs.NodeName,
-		Source:         source,
-		Metadata: &allocation.AllocationResponse_GameServerMetadata{
-			Labels:      copyStrings(gs.Labels),
-			Annotations: copyStrings(gs.AllAnnotations()),
-		},
-	}
-	if len(gs.Ports) > 0 {
-		out.Ports = make([]*allocation.AllocationResponse_GameServerStatusPort, len(gs.Ports))
+	// One allocation for the message, its metadata and the usual few ports
+	// and addresses.
+	parts := new(responseParts)
+	out := &parts.resp
+	out.GameServerName, out.Address, out.NodeName, out.Source = gs.Name, gs.Address, gs.NodeName, source
+	parts.meta.Labels, parts.meta.Annotations = nilIfEmpty(gs.Labels), nilIfEmpty(gs.AllAnnotations())
+	out.Metadata = &parts.meta
+	if n := len(gs.Ports); n > 0 {
+		ports, ptrs := parts.ports[:], parts.portPtrs[:]
+		if n > len(ports) {
+			ports, ptrs = make([]allocation.AllocationResponse_GameServerStatusPort, n), make([]*allocation.AllocationResponse_GameServerStatusPort, n)
+		}
 		for i, p := range gs.Ports {
-			out.Ports[i] = &allocation.AllocationResponse_GameServerStatusPort{Name: p.Name, Port: p.Port}
+			ports[i].Name, ports[i].Port = p.Name, p.Port
+			ptrs[i] = &ports[i]
 		}
+		out.Ports = ptrs[:n:n]
 	}
-	if len(gs.Addresses) > 0 {
-		out.Addresses = make([]*allocation.AllocationResponse_GameServerStatusAddress, len(gs.Addresses))
-		for i, a := range gs.Addresses {
-			out.Addresses[i] = &allocation.AllocationResponse_GameServerStatusAddress{Type: a.Type, Address: a.Address}
+	if n := len(gs.Addresses); n > 0 {
+		addrs, ptrs := parts.addrs[:], parts.addrPtrs[:]
+		if n > len(addrs) {
+			addrs, ptrs = make([]allocation.AllocationResponse_GameServerStatusAddress, n), make([]*allocation.AllocationResponse_GameServerStatusAddress, n)
 		}
+		for i, a := range gs.Addresses {
+			addrs[i].Type, addrs[i].Address = a.Type, a.Address
+			ptrs[i] = &addrs[i]
+		}
+		out.Addresses = ptrs[:n:n]
 	}
 	if len(gs.Counters) > 0 {
 		out.Counters = make(map[string]*allocation.AllocationResponse_CounterStatus, len(gs.Counters))
@@ -59,12 +70,36 @@ func ResponseFromCore(gs *core.GameServer, source string) (*allocation.Allocatio
 		out.Lists = make(map[string]*allocation.AllocationResponse_ListStatus, len(gs.Lists))
 		for k, l := range gs.Lists {
 			out.Lists[k] = &allocation.AllocationResponse_ListStatus{
-				Values:   copySlice(l.Values),
+				Values:   nilIfEmptySlice(l.Values),
 				Capacity: wrapperspb.Int64(l.Capacity),
 			}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// responseParts holds a response and its usual parts in one allocation.
+type responseParts struct {
+	resp     allocation.AllocationResponse
+	meta     allocation.AllocationResponse_GameServerMetadata
+	ports    [4]allocation.AllocationResponse_GameServerStatusPort
+	portPtrs [4]*allocation.AllocationResponse_GameServerStatusPort
+	addrs    [4]allocation.AllocationResponse_GameServerStatusAddress
+	addrPtrs [4]*allocation.AllocationResponse_GameServerStatusAddress
+}
+
+func nilIfEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+func nilIfEmptySlice(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 // GameServerFromResponse is the inverse of ResponseFromCore, for callers

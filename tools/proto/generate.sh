@@ -10,9 +10,10 @@
 # (wrappers.proto, timestamp.proto) come from Debian's libprotobuf-dev. The Go
 # plugins are built from this directory's module, which pins their versions:
 # protoc-gen-go (the message types), protoc-gen-go-grpc (the services) and
-# protoc-gen-go-vtproto (planetscale/vtprotobuf: reflection-free Marshal,
-# Unmarshal and Size methods, and a pool for the allocation request, which
-# the allocator's gRPC codec uses on the request path).
+# protoc-gen-go-vtproto (planetscale/vtprotobuf: reflection-free MarshalVT,
+# UnmarshalVT and SizeVT methods; the allocator's gRPC codec writes every
+# answer with them). UnmarshalVT does not check that proto3 strings are
+# UTF-8, so requests are read with the proto library, which does.
 #
 # Environment: GO (default go), BIN (where the plugins go; default ./bin at
 # the repository root).
@@ -101,15 +102,9 @@ run_protoc() {
     --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
     --plugin=protoc-gen-go-vtproto="$BIN/protoc-gen-go-vtproto" \
     --go-vtproto_out="$out" --go-vtproto_opt=paths=source_relative \
-    --go-vtproto_opt=features=marshal+unmarshal+size+pool \
-    --go-vtproto_opt=pool="$ALLOCATION_PKG.AllocationRequest" \
+    --go-vtproto_opt=features=marshal+unmarshal+size \
     "${PROTOS[@]}"
 }
-
-# ALLOCATION_PKG is the Go package of allocation.proto. Its request is the
-# one message decoded on every allocation, so its decoded form is pooled
-# (AllocationRequestFromVTPool, ReturnToVTPool).
-ALLOCATION_PKG=github.com/quartermaster-dev/quartermaster/allocator/pb/allocation
 
 # generated lists the generated files for the protos, relative to the root.
 generated() {

@@ -11,7 +11,6 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	wrapperspb1 "google.golang.org/protobuf/types/known/wrapperspb"
 	io "io"
-	sync "sync"
 )
 
 const (
@@ -1213,41 +1212,6 @@ func (m *ListAction) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	return len(dAtA) - i, nil
 }
 
-var vtprotoPool_AllocationRequest = sync.Pool{
-	New: func() interface{} {
-		return &AllocationRequest{}
-	},
-}
-
-func (m *AllocationRequest) ResetVT() {
-	if m != nil {
-		for _, mm := range m.PreferredGameServerSelectors {
-			mm.Reset()
-		}
-		f0 := m.PreferredGameServerSelectors[:0]
-		for _, mm := range m.GameServerSelectors {
-			mm.Reset()
-		}
-		f1 := m.GameServerSelectors[:0]
-		for _, mm := range m.Priorities {
-			mm.Reset()
-		}
-		f2 := m.Priorities[:0]
-		m.Reset()
-		m.PreferredGameServerSelectors = f0
-		m.GameServerSelectors = f1
-		m.Priorities = f2
-	}
-}
-func (m *AllocationRequest) ReturnToVTPool() {
-	if m != nil {
-		m.ResetVT()
-		vtprotoPool_AllocationRequest.Put(m)
-	}
-}
-func AllocationRequestFromVTPool() *AllocationRequest {
-	return vtprotoPool_AllocationRequest.Get().(*AllocationRequest)
-}
 func (m *AllocationRequest) SizeVT() (n int) {
 	if m == nil {
 		return 0
@@ -1901,14 +1865,7 @@ func (m *AllocationRequest) UnmarshalVT(dAtA []byte) error {
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			if len(m.PreferredGameServerSelectors) == cap(m.PreferredGameServerSelectors) {
-				m.PreferredGameServerSelectors = append(m.PreferredGameServerSelectors, &GameServerSelector{})
-			} else {
-				m.PreferredGameServerSelectors = m.PreferredGameServerSelectors[:len(m.PreferredGameServerSelectors)+1]
-				if m.PreferredGameServerSelectors[len(m.PreferredGameServerSelectors)-1] == nil {
-					m.PreferredGameServerSelectors[len(m.PreferredGameServerSelectors)-1] = &GameServerSelector{}
-				}
-			}
+			m.PreferredGameServerSelectors = append(m.PreferredGameServerSelectors, &GameServerSelector{})
 			if err := m.PreferredGameServerSelectors[len(m.PreferredGameServerSelectors)-1].UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
@@ -2033,14 +1990,7 @@ func (m *AllocationRequest) UnmarshalVT(dAtA []byte) error {
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			if len(m.GameServerSelectors) == cap(m.GameServerSelectors) {
-				m.GameServerSelectors = append(m.GameServerSelectors, &GameServerSelector{})
-			} else {
-				m.GameServerSelectors = m.GameServerSelectors[:len(m.GameServerSelectors)+1]
-				if m.GameServerSelectors[len(m.GameServerSelectors)-1] == nil {
-					m.GameServerSelectors[len(m.GameServerSelectors)-1] = &GameServerSelector{}
-				}
-			}
+			m.GameServerSelectors = append(m.GameServerSelectors, &GameServerSelector{})
 			if err := m.GameServerSelectors[len(m.GameServerSelectors)-1].UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
@@ -2074,14 +2024,7 @@ func (m *AllocationRequest) UnmarshalVT(dAtA []byte) error {
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			if len(m.Priorities) == cap(m.Priorities) {
-				m.Priorities = append(m.Priorities, &Priority{})
-			} else {
-				m.Priorities = m.Priorities[:len(m.Priorities)+1]
-				if m.Priorities[len(m.Priorities)-1] == nil {
-					m.Priorities[len(m.Priorities)-1] = &Priority{}
-				}
-			}
+			m.Priorities = append(m.Priorities, &Priority{})
 			if err := m.Priorities[len(m.Priorities)-1].UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}

@@ -98,97 +98,44 @@ func randomResponse(r *rand.Rand, maxEntries int) *allocation.AllocationResponse
 	return m
 }
 
-// TestAppendResponseMatchesProto checks the hand-written encoder against
-// the proto library on random responses: the same size, bytes that decode
-// to an equal message, and, where no map has two entries (so there is no
-// order to differ in), the very same bytes.
-func TestAppendResponseMatchesProto(t *testing.T) {
+// TestMarshalVTMatchesProto checks the generated encoder the gRPC codec
+// writes answers with against the proto library on random responses: the
+// same size, bytes that decode to an equal message, and, where no map has
+// two entries (so there is no order to differ in), the very same bytes.
+// Unknown fields (a forwarded answer from a newer peer) are kept.
+func TestMarshalVTMatchesProto(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 1))
+	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 7)
 	for i := range 5000 {
 		maxEntries := 1
 		if i%2 == 1 {
 			maxEntries = 4
 		}
 		m := randomResponse(r, maxEntries)
-		if !ResponseFastPath(m) {
-			t.Fatalf("case %d: a response without unknown fields should take the fast path", i)
+		if i%5 == 0 {
+			m.ProtoReflect().SetUnknown(unknown)
 		}
 		want, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := AppendResponse(nil, m)
-		if n := ResponseSize(m); n != len(got) || n != len(want) {
-			t.Fatalf("case %d: ResponseSize %d, AppendResponse wrote %d bytes, proto.Marshal %d", i, n, len(got), len(want))
+		got, err := m.MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := m.SizeVT(); n != len(got) || n != len(want) {
+			t.Fatalf("case %d: SizeVT %d, MarshalVT wrote %d bytes, proto.Marshal %d", i, n, len(got), len(want))
 		}
 		if maxEntries == 1 && !bytes.Equal(got, want) {
 			t.Fatalf("case %d: bytes differ\n got %x\nwant %x", i, got, want)
 		}
 		var back allocation.AllocationResponse
 		if err := proto.Unmarshal(got, &back); err != nil {
-			t.Fatalf("case %d: our encoding does not decode: %v", i, err)
+			t.Fatalf("case %d: the encoding does not decode: %v", i, err)
 		}
-		var ref allocation.AllocationResponse
-		if err := proto.Unmarshal(want, &ref); err != nil {
-			t.Fatal(err)
+		if !proto.Equal(&back, m) {
+			t.Fatalf("case %d: decodes to\n%v\nwant\n%v", i, &back, m)
 		}
-		if !proto.Equal(&back, &ref) {
-			t.Fatalf("case %d: decodes to\n%v\nwant\n%v", i, &back, &ref)
-		}
-	}
-}
-
-// TestAppendResponseAppends checks that the encoding goes after what the
-// buffer holds.
-func TestAppendResponseAppends(t *testing.T) {
-	m := &allocation.AllocationResponse{GameServerName: "gs-1", Metadata: &allocation.AllocationResponse_GameServerMetadata{}}
-	got := AppendResponse([]byte("prefix"), m)
-	want, _ := proto.Marshal(m)
-	if !bytes.Equal(got, append([]byte("prefix"), want...)) {
-		t.Fatalf("got %x, want prefix then %x", got, want)
-	}
-}
-
-// TestResponseFastPathUnknownFields: a decoded response that carries
-// fields this build does not know (from a newer peer, forwarded) is left to
-// the proto library, which keeps them.
-func TestResponseFastPathUnknownFields(t *testing.T) {
-	unknown := protowire.AppendTag(nil, 99, protowire.VarintType)
-	unknown = protowire.AppendVarint(unknown, 7)
-	cases := map[string]func(m *allocation.AllocationResponse){
-		"top level": func(m *allocation.AllocationResponse) { m.ProtoReflect().SetUnknown(unknown) },
-		"metadata":  func(m *allocation.AllocationResponse) { m.Metadata.ProtoReflect().SetUnknown(unknown) },
-		"port":      func(m *allocation.AllocationResponse) { m.Ports[0].ProtoReflect().SetUnknown(unknown) },
-		"address":   func(m *allocation.AllocationResponse) { m.Addresses[0].ProtoReflect().SetUnknown(unknown) },
-		"counter":   func(m *allocation.AllocationResponse) { m.Counters["rooms"].ProtoReflect().SetUnknown(unknown) },
-		"counter value": func(m *allocation.AllocationResponse) {
-			m.Counters["rooms"].Count.ProtoReflect().SetUnknown(unknown)
-		},
-		"list": func(m *allocation.AllocationResponse) { m.Lists["players"].ProtoReflect().SetUnknown(unknown) },
-		"list capacity": func(m *allocation.AllocationResponse) {
-			m.Lists["players"].Capacity.ProtoReflect().SetUnknown(unknown)
-		},
-	}
-	for name, mutate := range cases {
-		t.Run(name, func(t *testing.T) {
-			m := &allocation.AllocationResponse{
-				Metadata:  &allocation.AllocationResponse_GameServerMetadata{},
-				Ports:     []*allocation.AllocationResponse_GameServerStatusPort{{Name: "game", Port: 7000}},
-				Addresses: []*allocation.AllocationResponse_GameServerStatusAddress{{Type: "InternalIP", Address: "10.0.0.1"}},
-				Counters:  map[string]*allocation.AllocationResponse_CounterStatus{"rooms": {Count: wrapperspb.Int64(1)}},
-				Lists:     map[string]*allocation.AllocationResponse_ListStatus{"players": {Capacity: wrapperspb.Int64(8)}},
-			}
-			if !ResponseFastPath(m) {
-				t.Fatal("fast path refused before any unknown field was set")
-			}
-			mutate(m)
-			if ResponseFastPath(m) {
-				t.Fatal("fast path taken for a message with unknown fields")
-			}
-		})
-	}
-	if ResponseFastPath(nil) {
-		t.Fatal("fast path taken for nil")
 	}
 }
 
@@ -210,13 +157,12 @@ func BenchmarkEncodeResponse(b *testing.B) {
 			}
 		}
 	})
-	b.Run("append", func(b *testing.B) {
+	b.Run("vtproto", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if !ResponseFastPath(m) {
-				b.Fatal("no fast path")
+			if _, err := m.MarshalToSizedBufferVT(make([]byte, m.SizeVT())); err != nil {
+				b.Fatal(err)
 			}
-			_ = AppendResponse(make([]byte, 0, ResponseSize(m)), m)
 		}
 	})
 }
@@ -284,66 +230,29 @@ func randomGameServer(r *rand.Rand, maxEntries int) *core.GameServer {
 	return gs
 }
 
-// TestAppendGameServerResponseMatchesWire: encoding a server directly gives
-// what proto.Marshal gives for ResponseFromCore's message (the same bytes
-// when no map has two entries; an equal message when decoded otherwise).
-func TestAppendGameServerResponseMatchesWire(t *testing.T) {
+// TestResponseFromCoreRandom: the answer built from a random server
+// describes it (GameServerFromResponse reads the server back) and encodes
+// as the proto library encodes it.
+func TestResponseFromCoreRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 2))
-	for i := range 5000 {
-		maxEntries := 1
-		if i%2 == 1 {
-			maxEntries = 4
+	for i := range 2000 {
+		gs := randomGameServer(r, 1+i%4)
+		msg := ResponseFromCore(gs, SourceLocal)
+		back := GameServerFromResponse(msg, gs.Namespace)
+		if back.Name != gs.Name || back.Address != gs.Address || len(back.Ports) != len(gs.Ports) ||
+			len(back.Counters) != len(gs.Counters) || len(back.Lists) != len(gs.Lists) || len(back.Labels) != len(gs.Labels) {
+			t.Fatalf("case %d: %v read back as %v", i, gs, back)
 		}
-		gs := randomGameServer(r, maxEntries)
-		source := []string{SourceLocal, "", "https://peer:443"}[i%3]
-		msg, err := ResponseFromCore(gs, source)
+		if stamp, _ := gs.Annotation(core.LastAllocatedAnnotation); gs.AllocatedAt != 0 && back.Annotations[core.LastAllocatedAnnotation] != stamp {
+			t.Fatalf("case %d: the allocation stamp %q read back as %q", i, stamp, back.Annotations[core.LastAllocatedAnnotation])
+		}
+		got, err := msg.MarshalVT()
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := proto.Marshal(msg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := AppendGameServerResponse(nil, gs, source)
-		if n := GameServerResponseSize(gs, source); n != len(got) || n != len(want) {
-			t.Fatalf("case %d: size %d, wrote %d bytes, proto.Marshal %d", i, n, len(got), len(want))
-		}
-		if maxEntries == 1 && len(msg.GetMetadata().GetAnnotations()) <= 1 && !bytes.Equal(got, want) {
-			t.Fatalf("case %d: bytes differ\n got %x\nwant %x", i, got, want)
-		}
-		var back allocation.AllocationResponse
-		if err := proto.Unmarshal(got, &back); err != nil {
-			t.Fatalf("case %d: does not decode: %v", i, err)
-		}
-		var ref allocation.AllocationResponse
-		if err := proto.Unmarshal(want, &ref); err != nil {
-			t.Fatal(err)
-		}
-		if !proto.Equal(&back, &ref) {
-			t.Fatalf("case %d: decodes to\n%v\nwant\n%v", i, &back, &ref)
-		}
-	}
-}
-
-// TestStampSize checks the stamp's length as computed against the
-// formatted stamp, fractions with trailing zeros and none included.
-func TestStampSize(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 9))
-	base := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC).UnixNano()
-	cases := []int64{base, base + 1, base + 10, base + 500_000_000, base + 123_456_789, base + 100, -1, -1_000_000_000, 1}
-	for range 2000 {
-		// A fraction with 0 to 9 trailing zeros.
-		ns, unit := r.Int64N(1e9), int64(1)
-		for range r.IntN(10) {
-			unit *= 10
-		}
-		ns -= ns % unit
-		cases = append(cases, base+r.Int64N(1e7)*1e9+ns)
-	}
-	for _, at := range cases {
-		gs := &core.GameServer{AllocatedAt: at}
-		if want := len(gs.LastAllocated()); stampSize(at) != want {
-			t.Fatalf("stampSize(%d) = %d, want %d (%s)", at, stampSize(at), want, gs.LastAllocated())
+		var dec allocation.AllocationResponse
+		if err := proto.Unmarshal(got, &dec); err != nil || !proto.Equal(&dec, msg) {
+			t.Fatalf("case %d: %v encodes to %v (%v)", i, msg, &dec, err)
 		}
 	}
 }
