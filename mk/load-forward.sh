@@ -48,6 +48,13 @@
 #                    it wakes that core as a forwarded request does).
 # FORWARD_SERVE_FLAGS adds flags to both `qm serve` commands (say
 # "--pprof --http-addr 127.0.0.1:0" to profile them).
+# FORWARD_LINK_RTT=1ms puts a link with that round trip (whole
+# milliseconds) between the entries and the remote: a toxiproxy server,
+# the rigs' link, built from the module cache (needs the Go toolchain).
+# FORWARD_B_QM and FORWARD_B_FLAGS start a second entry, "forwarded-b",
+# from another qm binary or with other flags, to compare two entries in
+# alternating turns of one run; FORWARD_CPU=b charges its CPU instead of
+# the first entry's.
 set -euo pipefail
 
 qm=${1:?usage: load-forward.sh path/to/qm OUTDIR pinned|shared|onecore [flags]}
@@ -135,19 +142,58 @@ printf 'apiVersion: quartermaster.dev/v1alpha1\nkind: Fleets\nnodes: 1\nfleets: 
 # Every process listens on a port of its own choosing (port 0) and says
 # which: a port picked here and bound later could be taken meanwhile as
 # the source port of some other process's outgoing connection.
-start() { # name fleets policies cpu...: sets addr to its gRPC address
+start() { # name fleets policies cpu...: sets addr to its gRPC address, pid to its process
 	local name=$1 fleets=$2 policies=$3
 	shift 3
-	"$@" "$qm" serve --addr 127.0.0.1:0 --http-addr "" --cluster-name "$name" \
+	"$@" "${serve_qm:-$qm}" serve --addr 127.0.0.1:0 --http-addr "" --cluster-name "$name" \
 		--tls-dir "$state/certs/server" --client-ca-dir "$state/certs/client-ca" \
-		--fleets "$fleets" --policies "$policies" --ready-file "$state/$name.ready" ${FORWARD_SERVE_FLAGS:-} >/dev/null 2>"$state/$name.log" &
-	pids+=($!)
+		--fleets "$fleets" --policies "$policies" --ready-file "$state/$name.ready" ${FORWARD_SERVE_FLAGS:-} ${serve_flags:-} >/dev/null 2>"$state/$name.log" &
+	pid=$!
+	pids+=($pid)
 	for _ in $(seq 600); do [[ -s $state/$name.ready ]] && break; sleep 0.1; done
 	[[ -s $state/$name.ready ]] || { echo "load-forward: $name did not start in 60s" >&2; exit 1; }
 	addr=$(sed -n 's/.*"grpc":"\([^"]*\)".*/\1/p' "$state/$name.ready")
 }
 start remote "$state/fleets.yaml" "$state/remote-policies.yaml" ${on_remote[@]+"${on_remote[@]}"}
 remote=$addr
+link=$remote
+case ${FORWARD_LINK_RTT:-} in
+"") ;;
+*ms)
+	rtt=${FORWARD_LINK_RTT%ms}
+	[[ $rtt =~ ^[0-9]+$ ]] || { echo "load-forward: FORWARD_LINK_RTT must be whole milliseconds (1ms), got \"$FORWARD_LINK_RTT\"" >&2; exit 1; }
+	(cd "$(dirname "$0")/.." && go build -o "$state/toxiproxy-server" github.com/Shopify/toxiproxy/v2/cmd/server)
+	# toxiproxy's API takes no port 0: try a few in the range below the
+	# kernel's ephemeral ports until one is ours.
+	for _ in $(seq 20); do
+		api=127.0.0.1:$((20000 + RANDOM % 12000))
+		"$state/toxiproxy-server" --host 127.0.0.1 --port "${api#*:}" >"$state/link.log" 2>&1 &
+		link_pid=$!
+		for _ in $(seq 50); do
+			kill -0 "$link_pid" 2>/dev/null || break
+			curl -fsS "http://$api/version" >/dev/null 2>&1 && break 2
+			sleep 0.1
+		done
+		kill "$link_pid" 2>/dev/null || true
+		link_pid=
+	done
+	[[ -n ${link_pid:-} ]] || { echo "load-forward: the link's toxiproxy server did not start: $(tail -n 5 "$state/link.log")" >&2; exit 1; }
+	pids+=($link_pid)
+	link=$(curl -fsS -X POST "http://$api/proxies" -d "{\"name\":\"to-remote\",\"listen\":\"127.0.0.1:0\",\"upstream\":\"$remote\"}" |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["listen"])')
+	# The round trip, split between the two ways (whole milliseconds).
+	for way in upstream:$(((rtt + 1) / 2)) downstream:$((rtt / 2)); do
+		[[ ${way#*:} -eq 0 ]] && continue
+		curl -fsS -X POST "http://$api/proxies/to-remote/toxics" \
+			-d "{\"type\":\"latency\",\"stream\":\"${way%:*}\",\"attributes\":{\"latency\":${way#*:}}}" >/dev/null
+	done
+	echo "link to the remote: $link ($FORWARD_LINK_RTT round trip)"
+	;;
+*)
+	echo "load-forward: FORWARD_LINK_RTT must be whole milliseconds (1ms), got \"$FORWARD_LINK_RTT\"" >&2
+	exit 1
+	;;
+esac
 cat >"$state/entry-policies.yaml" <<YAML
 apiVersion: multicluster.agones.dev/v1
 kind: GameServerAllocationPolicy
@@ -157,13 +203,23 @@ spec:
   weight: 100
   connectionInfo:
     clusterName: remote
-    allocationEndpoints: ["$remote"]
+    allocationEndpoints: ["$link"]
     secretName: to-remote
     namespace: default
 YAML
 sh "$(dirname "$0")/../examples/multicluster/secret.sh" "$state/certs" forwarder to-remote >>"$state/entry-policies.yaml"
 start entry "$state/empty.yaml" "$state/entry-policies.yaml" ${on_entry[@]+"${on_entry[@]}"}
-entry=$addr
+entry=$addr entry_pid=$pid
+entries=("$entry")
+second=()
+if [[ -n ${FORWARD_B_QM:-}${FORWARD_B_FLAGS:-} ]]; then
+	serve_qm=${FORWARD_B_QM:-$qm} serve_flags=${FORWARD_B_FLAGS:-}
+	start entry-b "$state/empty.yaml" "$state/entry-policies.yaml" ${on_entry[@]+"${on_entry[@]}"}
+	serve_qm= serve_flags=
+	entries+=("$addr")
+	second=(--target "forwarded-b=$addr")
+	[[ ${FORWARD_CPU:-} == b ]] && entry_pid=$pid
+fi
 floor=()
 case ${FORWARD_FLOOR:-} in
 "" | 0) ;;
@@ -188,16 +244,16 @@ cat >"$state/request.json" <<'JSON'
 JSON
 # One allocation through each first: the label key's index and the
 # entry's client to the remote exist before the clock starts.
-for a in "$remote" "$entry"; do
+for a in "$remote" "${entries[@]}"; do
 	"$qm" allocate --addr "$a" --certs-dir "$state/certs" --identity caller --policy-selector route=bench \
 		--selector mode=load --timeout 2m >/dev/null
 done
 
 mkdir -p "$outdir"
 cmd=(${on_load[@]+"${on_load[@]}"} "$qm" load --certs-dir "$state/certs" --identity caller
-	--target "direct=$remote" --target "forwarded=$entry" --target "roundtrip=$remote" --echo roundtrip ${floor[@]+"${floor[@]}"} --reference direct
+	--target "direct=$remote" --target "forwarded=$entry" ${second[@]+"${second[@]}"} --target "roundtrip=$remote" --echo roundtrip ${floor[@]+"${floor[@]}"} --reference direct
 	--request "$state/request.json" --release=false --warmup 1s --expect 'errors==0'
-	--server-pid "${pids[1]}" --out "$outdir/forward-$mode.json" "$@")
+	--server-pid "$entry_pid" --out "$outdir/forward-$mode.json" "$@")
 echo "+ ${cmd[*]}"
 # (An earlier run's result must not pass for this one's below.)
 rm -f "$outdir/forward-$mode.json"

@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,9 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
 )
 
 // clientTLS builds the client TLS configuration of a connection Secret, as
@@ -64,18 +61,12 @@ type clientRef struct {
 	endpoint, secret, serverCA string
 }
 
-// client is one remote allocator's cached connections, for one version of
-// its credentials: grpc-go's, and the forwarder's own HTTP/2 one (dialled
-// on first use; see h2Conn).
+// client is one remote allocator's cached grpc-go connection, for one
+// version of its credentials.
 type client struct {
 	ref     clientRef
 	version string
 	cc      *grpc.ClientConn
-	tls     *tls.Config // for the direct HTTP/2 connection
-
-	h2mu     sync.Mutex // dialling h2
-	h2       atomic.Pointer[h2Conn]
-	h2closed bool // under h2mu
 
 	inflight int  // under clients.mu
 	retired  bool // replaced by a newer version; closed once idle
@@ -153,7 +144,7 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool)
 	if err != nil {
 		return nil, fmt.Errorf("endpoint %s: %v", endpoint, err)
 	}
-	nc := &client{ref: ref, version: sec.Version, cc: cc, tls: cfg}
+	nc := &client{ref: ref, version: sec.Version, cc: cc}
 
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -178,40 +169,8 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool)
 	return nc, nil
 }
 
-// shut closes both of the client's connections (no call is in flight).
-func (c *client) shut() {
-	_ = c.cc.Close()
-	c.h2mu.Lock()
-	defer c.h2mu.Unlock()
-	c.h2closed = true
-	if h := c.h2.Load(); h != nil {
-		h.close()
-	}
-}
-
-// direct returns the client's HTTP/2 connection (h2Conn), dialling one
-// when there is none or the last one failed or went away.
-func (c *client) direct(ctx context.Context, connectTimeout time.Duration) (*h2Conn, error) {
-	if h := c.h2.Load(); h != nil && h.usable() {
-		return h, nil
-	}
-	c.h2mu.Lock()
-	defer c.h2mu.Unlock()
-	if h := c.h2.Load(); h != nil && h.usable() {
-		return h, nil
-	}
-	if c.h2closed {
-		return nil, status.Error(codes.Unavailable, "the client to "+c.ref.endpoint+" was closed")
-	}
-	dctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	h, err := dialH2(dctx, c.ref.endpoint, c.tls)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "connection error: %v", err)
-	}
-	c.h2.Store(h)
-	return h, nil
-}
+// shut closes the client's connection (no call is in flight).
+func (c *client) shut() { _ = c.cc.Close() }
 
 // put ends one call on c.
 func (cs *clients) put(c *client) {

@@ -74,14 +74,8 @@ type Options struct {
 	// Registerer takes the forwarder's metrics; none are registered when
 	// nil.
 	Registerer prometheus.Registerer
-	// DialOptions are added to every grpc-go connection to a remote
-	// (tests); the direct HTTP/2 connections (GRPCClient) take none.
+	// DialOptions are added to every connection to a remote (tests).
 	DialOptions []grpc.DialOption
-	// GRPCClient sends every forwarded request through grpc-go's client.
-	// By default a request goes over the forwarder's own HTTP/2
-	// connection (h2conn.go), which costs a lone request less, and only
-	// what that connection cannot take goes through grpc-go's.
-	GRPCClient bool
 }
 
 // Forwarder routes multi-cluster requests. It is safe for concurrent use.
@@ -98,7 +92,6 @@ type Forwarder struct {
 	m           *metrics
 	clients     *clients
 	windows     *windows // the policies in force now (window.go)
-	grpcOnly    bool     // Options.GRPCClient
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -172,7 +165,6 @@ func New(o Options) (*Forwarder, error) {
 		}
 	}
 	f.clients = newClients(f.tryTimeout, o.DialOptions)
-	f.grpcOnly = o.GRPCClient
 	f.probeCtx, f.stopProbes = context.WithCancel(context.Background())
 	f.selfMD = metadata.Pairs(HopsKey, f.self)
 	w, err := newWindows(f.src, f.clock, f.log, o.Registerer)
@@ -462,22 +454,16 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 	if p.Connection.Namespace != "" {
 		target = p.Connection.Namespace
 	}
-	// The request as sent: msg for grpc-go's client, framed (the message
-	// with its gRPC prefix) for the direct connection.
+	// The request as sent: encoded already when the Memo has it.
 	var msg any
-	var framed []byte
 	if m := memo.get(identity, target); m != nil {
-		msg, framed = m, m.framed
+		msg = m
 	} else {
 		req := ForwardRequest(in, target)
 		f.forwardedFor(req, identity) // see release.go
 		msg = req
-		if memo != nil {
-			if m := memo.encode(identity, target, req); m != nil {
-				msg, framed = m, m.framed
-			}
-		} else if !f.grpcOnly {
-			framed, _ = frame(req) // on failure grpc-go's client reports the error
+		if m := memo.encode(identity, target, req); m != nil {
+			msg = m
 		}
 	}
 	var octx context.Context
@@ -513,18 +499,7 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
 			}
 			resp := new(allocation.AllocationResponse)
-			handled := false
-			if framed != nil && !f.grpcOnly {
-				var h *h2Conn
-				if h, err = c.direct(tctx, f.tryTimeout); err == nil {
-					handled, err = h.invoke(tctx, hops, framed, resp)
-				} else {
-					handled = true // could not connect: the try failed
-				}
-			}
-			if !handled {
-				err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
-			}
+			err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
 			if cancel != nil {
 				cancel()
 			}
@@ -539,7 +514,11 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				return resp, t
 			}
 			st := status.Convert(err)
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || deadlinePassed(ctx) {
+				// (A remote resets a call with CANCEL when the deadline it
+				// was sent passes, which may reach grpc-go before the
+				// caller's context says so: the caller's deadline still,
+				// not the remote's failure.)
 				t.out, t.code = outDeadline, codes.DeadlineExceeded
 				t.msg = fmt.Sprintf("%s: the caller's deadline passed during the call", ep)
 				return nil, t
@@ -583,6 +562,13 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		}
 		last = last[:0]
 	}
+}
+
+// deadlinePassed reports whether ctx's deadline is behind the clock,
+// which may be a moment before ctx is done.
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // summary is the error of a request no cluster served: every cluster

@@ -1,7 +1,6 @@
 package forward
 
 import (
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
@@ -15,9 +14,9 @@ import (
 // encoded request for each (caller identity, target namespace) it went
 // to. A caller that sends the same request again (the allocator keeps its
 // repeated requests decoded, with a Memo each) is then forwarded without
-// building and encoding the forwarded request again, which was a tenth of
-// an entry's CPU per lone forwarded request. The zero Memo is ready to
-// use. It belongs to one request: give it with that request and no other.
+// building and encoding the forwarded request again. The zero Memo is
+// ready to use. It belongs to one request: give it with that request and
+// no other.
 type Memo struct {
 	mu      sync.Mutex // serializes adding; reading takes no lock
 	entries atomic.Pointer[[]memoEntry]
@@ -32,24 +31,10 @@ type memoEntry struct {
 	msg                 *encodedRequest
 }
 
-// encodedRequest is a forwarded request already encoded: data as the
-// client codec gives it to grpc-go, framed with its gRPC message prefix
-// for the direct connection (the same bytes after the prefix).
+// encodedRequest is a forwarded request already encoded, as the client
+// codec gives it to grpc-go.
 type encodedRequest struct {
-	data   mem.BufferSlice
-	framed []byte
-}
-
-// frame encodes req as a gRPC message: a zero byte (not compressed), the
-// length, the message.
-func frame(req *allocation.AllocationRequest) ([]byte, error) {
-	// Size once: UseCachedSize lets the encoder reuse what Size found.
-	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(make([]byte, 5, 5+proto.Size(req)), req)
-	if err != nil {
-		return nil, err
-	}
-	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
-	return b, nil
+	data mem.BufferSlice
 }
 
 func (m *Memo) get(identity, namespace string) *encodedRequest {
@@ -67,14 +52,18 @@ func (m *Memo) get(identity, namespace string) *encodedRequest {
 }
 
 // encode encodes req, the forwarded form of the Memo's request for
-// identity into namespace, and keeps it. It returns nil if req does not
-// encode (the caller then sends req itself, and its error surfaces there).
+// identity into namespace, and keeps it. It returns nil for a nil Memo or
+// a req that does not encode (the caller then sends req itself, and its
+// error surfaces there).
 func (m *Memo) encode(identity, namespace string, req *allocation.AllocationRequest) *encodedRequest {
-	framed, err := frame(req)
+	if m == nil {
+		return nil
+	}
+	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil
 	}
-	msg := &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(framed[5:])}, framed: framed}
+	msg := &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var old []memoEntry

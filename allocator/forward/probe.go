@@ -120,7 +120,19 @@ func (f *Forwarder) probe(endpoint string, c probeCreds) error {
 			return fmt.Errorf("health: %s", st)
 		}
 		return nil
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+	case codes.DeadlineExceeded:
+		if f.probeCtx.Err() == nil {
+			// A connection that said nothing for a whole try may be
+			// stuck behind a remote that stopped reading, or a path that
+			// went dark without a reset: grpc-go would keep it for as
+			// long as TCP retries. A new one replaces it for the next
+			// probe and the requests.
+			if fresh, ferr := f.clients.get(endpoint, c.sec, c.serverCA, true); ferr == nil {
+				f.clients.put(fresh)
+			}
+		}
+		return err
+	case codes.Unavailable, codes.Canceled:
 		return err
 	}
 	return nil

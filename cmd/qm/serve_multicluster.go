@@ -22,7 +22,6 @@ type multiClusterFlags struct {
 	forwardTimeout time.Duration
 	clusterName    string
 	breaker        forward.BreakerOptions
-	grpcClient     bool
 
 	// kubeREST is set by the kubernetes backend: without --policies, the
 	// policies and Secrets then come from its API server.
@@ -33,7 +32,6 @@ type multiClusterFlags struct {
 func (m *multiClusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.policies, "policies", "", "multi-cluster policies: a YAML file (or a directory of manifests) of multicluster.agones.dev/v1 GameServerAllocationPolicy objects and the v1 Secrets they name, re-read every 2s. Without it, --backend kubernetes watches the API server's policies and Secrets, and the memory backend refuses multiClusterSetting.enabled")
 	fs.DurationVar(&m.forwardTimeout, "forward-timeout", forward.DefaultTryTimeout, "bound on one forwarded call to a remote allocator (the caller's deadline bounds the whole request)")
-	fs.BoolVar(&m.grpcClient, "forward-grpc-client", false, "forward every request through grpc-go's client, instead of the forwarder's own HTTP/2 connection, which costs a lone request less (the same calls on the wire)")
 	fs.StringVar(&m.clusterName, "cluster-name", "", "this allocator's name in forwarded calls' hop list, for loop refusal (default: a random one per process; give replicas of one cluster the same)")
 	// A live scenario run at time scale N divides these by N with the rest
 	// of the scenario's timeline.
@@ -66,7 +64,7 @@ func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg pro
 	store := forward.NewStore(file.Set)
 	fwd, err := forward.New(forward.Options{
 		Source: store, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
-		UnallocatedCode: unallocated, Logger: log, Registerer: reg, GRPCClient: m.grpcClient,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
@@ -88,7 +86,7 @@ func (m *multiClusterFlags) startKube(ctx context.Context, log *slog.Logger, reg
 	}
 	fwd, err := forward.New(forward.Options{
 		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
-		UnallocatedCode: unallocated, Logger: log, Registerer: reg, GRPCClient: m.grpcClient,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
