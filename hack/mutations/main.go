@@ -6,7 +6,7 @@
 // mutation no longer applies (the code it edits moved), or when a test
 // fails on the tree as it is (then a failure would prove nothing).
 //
-//	go run ./hack/mutations [-only NAME,...] [-ref REF] [-logs DIR] [-keep]
+//	go run ./hack/mutations [-only NAME,...] [-tests all|e2e|go] [-ref REF] [-logs DIR] [-keep]
 //
 // The tree is the working tree's files that git tracks or would track, or
 // the commit REF. The copies are made in one place, one after another,
@@ -38,8 +38,15 @@ func main() {
 	logs := flag.String("logs", "bin/mutations", "where each run's output goes")
 	keep := flag.Bool("keep", false, "keep the copy of the tree")
 	list := flag.Bool("list", false, "list the mutations and their tests, apply each to a copy, and run nothing")
+	kinds := flag.String("tests", "all", "which tests to run: all, e2e (the specs) or go (the go tests)")
 	flag.Parse()
-	if err := run(*only, *ref, *logs, *keep, *list); err != nil {
+	switch *kinds {
+	case "all", "e2e", "go":
+	default:
+		fmt.Fprintf(os.Stderr, "mutations: -tests %q: want all, e2e or go\n", *kinds)
+		os.Exit(2)
+	}
+	if err := run(*only, *ref, *logs, *kinds, *keep, *list); err != nil {
 		fmt.Fprintln(os.Stderr, "mutations:", err)
 		os.Exit(1)
 	}
@@ -52,7 +59,7 @@ type row struct {
 	ok                     bool
 }
 
-func run(only, ref, logs string, keep, list bool) error {
+func run(only, ref, logs, kinds string, keep, list bool) error {
 	root, err := repoRoot()
 	if err != nil {
 		return err
@@ -71,6 +78,23 @@ func run(only, ref, logs string, keep, list bool) error {
 			picked = append(picked, ms[i])
 		}
 		ms = picked
+	}
+	if kinds != "all" {
+		var kept []*Mutation
+		for _, m := range ms {
+			var ts []Test
+			for _, t := range m.Tests {
+				if t.Kind == kinds {
+					ts = append(ts, t)
+				}
+			}
+			if len(ts) > 0 {
+				mm := *m
+				mm.Tests = ts
+				kept = append(kept, &mm)
+			}
+		}
+		ms = kept
 	}
 	if !filepath.IsAbs(logs) {
 		logs = filepath.Join(root, logs)
@@ -133,6 +157,9 @@ func run(only, ref, logs string, keep, list bool) error {
 		r := runTest(tree, env, t, filepath.Join(logs, "unmutated-"+logName(t)))
 		r.mutation = "(none)"
 		r.ok = r.result == "passed"
+		if r.result == "caught" {
+			r.result = "FAILED"
+		}
 		rows = append(rows, r)
 		report(r)
 		if !r.ok {
