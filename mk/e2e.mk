@@ -20,19 +20,26 @@
 # restart is `docker restart` of the cluster's node container (on a
 # one-node kind cluster its pods restart with it); a Secret rotation goes
 # through the API. Results go to bin/e2e-multicluster-kind.json.
-# Never run here: these machines have no Docker, so the kind path is
-# checked only dry (every docker/kind/kubectl command it would issue, in
-# e2e/multicluster/testdata/kind-dry-run.txt, part of `make test`).
-# Where Docker, kind's node image or kubectl is missing, it prints one line,
-# "SKIPPED: <what is missing>", and exits 0: machines without Docker (these)
-# run the same targets, and a missing prerequisite is no failure of the code.
-# A CI job that must run on kind sets KIND_REQUIRED=1, which turns the skip
-# into a failure.
+# Runs here after the host setup (hack/kind/setup-host.sh, then make
+# kind-node-image: no registry is needed; docs/local-clusters.md has the
+# steps and times). Where Docker has the offline node image
+# (quartermaster.dev/kind-node) and KIND_NODE_IMAGE is not set, the run
+# uses it and the qm image from make kind-qm-image; elsewhere kind's own
+# node image and the Dockerfile, as on any machine with a registry.
+# `make test` checks the kind path dry (every docker/kind/kubectl command
+# it would issue, in e2e/multicluster/testdata/kind-dry-run.txt) and
+# kindcluster/kind's Exec against fake docker and kind programs.
+# Where Docker, the node image or kubectl is missing, it prints
+# "SKIPPED", why, and everything missing on one line, and exits 0: a
+# missing prerequisite is no failure of the code. A CI job that must run
+# on kind sets KIND_REQUIRED=1, which turns the skip into a failure.
 
 PROVIDER ?= local
 KIND_REQUIRED ?=
 KIND_HOST_ADDRESS ?=
 KIND_LINK_LISTEN ?=
+KIND_NODE_IMAGE ?=
+KIND_IMAGE_ARCHIVE ?=
 
 .PHONY: e2e-multicluster e2e-multicluster-local e2e-multicluster-kind
 
@@ -48,8 +55,15 @@ e2e-multicluster-local: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl
 	@echo "results: $(BIN)/e2e-multicluster.json (qm report $(BIN)/e2e-multicluster.json)"
 
 e2e-multicluster-kind: build
-	@status=0; reason=$$($(BIN)/qm cluster check --provider kind) || status=$$?; \
-	if [ $$status = 3 ] && [ -z "$(KIND_REQUIRED)" ]; then echo "e2e-multicluster PROVIDER=kind: SKIPPED: $$reason"; exit 0; fi; \
+	@node="$(KIND_NODE_IMAGE)"; archive="$(KIND_IMAGE_ARCHIVE)"; \
+	if [ -z "$$node" ] && docker image inspect $(KIND_NODE_IMAGE_OFFLINE) >/dev/null 2>&1; then \
+		node=$(KIND_NODE_IMAGE_OFFLINE); \
+		if [ -z "$$archive" ]; then $(MAKE) --no-print-directory kind-qm-image || exit 1; archive=$(KIND_QM_ARCHIVE); fi; \
+		echo "e2e-multicluster PROVIDER=kind: the offline images: $$node, $$archive"; \
+	fi; \
+	export QM_KIND_NODE_IMAGE="$$node" QM_KIND_IMAGE_ARCHIVE="$$archive"; \
+	status=0; reason=$$($(BIN)/qm cluster check --provider kind) || status=$$?; \
+	if [ $$status = 3 ] && [ -z "$(KIND_REQUIRED)" ]; then echo "e2e-multicluster PROVIDER=kind: SKIPPED (this machine cannot run kind clusters; KIND_REQUIRED=1 makes this a failure): $$reason"; exit 0; fi; \
 	if [ $$status = 3 ]; then echo "e2e-multicluster PROVIDER=kind: FAILED (KIND_REQUIRED is set): $$reason"; exit 1; fi; \
 	if [ $$status != 0 ]; then echo "e2e-multicluster PROVIDER=kind: $$reason"; exit $$status; fi; \
 	echo "$$reason"; \

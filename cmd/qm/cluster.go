@@ -112,6 +112,9 @@ func clusterUp(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return rigUp(ctx, t, *dir, *binDir, *dryRun, *timeout, stdout, stderr)
 	}
+	if err := singleClusterFlags(fs, *provider); err != nil {
+		return usageFail(stderr, "cluster up", nil, "%v", err)
+	}
 	if *dir == "" {
 		*dir = defaultClusterDir(*name)
 	}
@@ -193,6 +196,9 @@ func clusterDown(args []string, stdout, stderr io.Writer) error {
 			return kindDown(t, *dir, *grace, stdout, stderr)
 		}
 		return rigDown(*topology, *dir, *grace, stdout)
+	}
+	if err := singleClusterFlags(fs, *provider); err != nil {
+		return usageFail(stderr, "cluster down", nil, "%v", err)
 	}
 	if *dir == "" {
 		*dir = defaultClusterDir(*name)

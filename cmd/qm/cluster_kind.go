@@ -30,6 +30,30 @@ func addKindFlags(fs *flag.FlagSet) kindFlags {
 	}
 }
 
+// singleClusterFlags refuses, without --topology, the flags that only a
+// topology's rig reads: --provider kind (a kind rig is a topology's
+// clusters; the single cluster is always local processes) and the kind
+// flags, which would otherwise be ignored without a word.
+func singleClusterFlags(fs *flag.FlagSet, provider string) error {
+	switch provider {
+	case "", rig.ProviderLocal:
+	case rig.ProviderKind:
+		return fmt.Errorf("--provider kind needs --topology FILE: a kind rig brings up a topology's clusters (examples/topologies has some); without --topology the cluster is local processes")
+	default:
+		return fmt.Errorf("--provider %q: want %s or %s, with --topology", provider, rig.ProviderLocal, rig.ProviderKind)
+	}
+	var kindOnly []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "image" || f.Name == "no-build" {
+			kindOnly = append(kindOnly, "--"+f.Name)
+		}
+	})
+	if len(kindOnly) > 0 {
+		return fmt.Errorf("%s: only with --topology and --provider kind", strings.Join(kindOnly, ", "))
+	}
+	return nil
+}
+
 // loadRigTopology loads a topology and settles its provider: the flag if
 // given, else the file's spec.provider (local unless it says kind).
 func loadRigTopology(file, provider string) (_ *rig.Topology, onKind bool, err error) {
@@ -98,19 +122,22 @@ func kindDown(t *rig.Topology, dir string, grace time.Duration, stdout, stderr i
 	return nil
 }
 
-// clusterCheck: exit 0 when the provider can run here, 3 with the one
-// missing thing on stdout when it cannot (make e2e-multicluster
-// PROVIDER=kind turns that into SKIPPED), 1 on any other failure.
+// clusterCheck: exit 0 when the provider can run here, 3 with everything
+// missing on one line of stdout when it cannot (make e2e-multicluster
+// PROVIDER=kind turns that into SKIPPED, or a failure with KIND_REQUIRED),
+// 1 on any other failure. --image and --no-build say what `up` would be
+// given: without --no-build the image is built, so it need not be there.
 func clusterCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("qm cluster check", flag.ContinueOnError)
 	provider := fs.String("provider", rig.ProviderKind, "the provider to check: kind (local needs only the bin/ binaries)")
+	kf := addKindFlags(fs)
 	if _, ok, err := parseFlags("cluster check", clusterUsage+"\nflags of 'check':\n", fs, args, stdout, stderr); !ok {
 		return err
 	}
 	if *provider != rig.ProviderKind {
 		return usageFail(stderr, "cluster check", nil, "--provider %q: only kind has prerequisites to check", *provider)
 	}
-	err := kind.Check(ctx, kind.Options{}, nil)
+	err := kind.Check(ctx, kind.Options{Image: *kf.image, Build: !*kf.noBuild}, nil)
 	var m *kind.MissingError
 	switch {
 	case errors.As(err, &m):
@@ -119,6 +146,6 @@ func clusterCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case err != nil:
 		return err
 	}
-	fmt.Fprintln(stdout, "kind provider: ready (Docker answers, kind's node image is here, kubectl found)")
+	fmt.Fprintln(stdout, "kind provider: ready (Docker answers, kind's node image and the qm image are here or will be built, kubectl found)")
 	return nil
 }

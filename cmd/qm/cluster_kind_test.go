@@ -48,11 +48,12 @@ func TestClusterUpKindDryRun(t *testing.T) {
 	}
 }
 
-// TestClusterCheckKind: check agrees with kind.Check on this machine: 0
-// and "ready", or 3 and the one missing thing on one line.
+// TestClusterCheckKind: check agrees with kind.Check on this machine (the
+// image to be built, as `up` builds it): 0 and "ready", or 3 and what is
+// missing on one line.
 func TestClusterCheckKind(t *testing.T) {
 	code, out, errOut := runQM("cluster", "check", "--provider", "kind")
-	err := kind.Check(context.Background(), kind.Options{}, nil)
+	err := kind.Check(context.Background(), kind.Options{Build: true}, nil)
 	var m *kind.MissingError
 	switch {
 	case err == nil:
@@ -97,5 +98,29 @@ func TestClusterUpProviderFromFile(t *testing.T) {
 		if code != 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("qm %s: exit %d, want %q in the dry run\n%s\n%s", strings.Join(args, " "), code, tc.want, out, errOut)
 		}
+	}
+}
+
+// TestClusterUpKindNeedsTopology: without --topology, --provider kind and
+// the kind flags are refused with a reason, not ignored.
+func TestClusterUpKindNeedsTopology(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cluster", "up", "--provider", "kind", "--dry-run"}, "--provider kind needs --topology FILE"},
+		{[]string{"cluster", "down", "--provider", "kind"}, "--provider kind needs --topology FILE"},
+		{[]string{"cluster", "up", "--provider", "docker", "--dry-run"}, `--provider "docker": want local or kind`},
+		{[]string{"cluster", "up", "--no-build", "--dry-run"}, "--no-build: only with --topology and --provider kind"},
+		{[]string{"cluster", "up", "--image", "x:1", "--dry-run"}, "--image: only with --topology and --provider kind"},
+	} {
+		code, out, errOut := runQM(tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("qm %s: exit %d, %q, want 2 and %q (stdout %q)", strings.Join(tc.args, " "), code, errOut, tc.want, out)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "c")
+	if code, out, errOut := runQM("cluster", "up", "--provider", "local", "--dry-run", "--dir", dir); code != 0 || !strings.Contains(out, "kube-apiserver") {
+		t.Errorf("qm cluster up --provider local --dry-run: exit %d\n%s\n%s", code, out, errOut)
 	}
 }

@@ -29,7 +29,9 @@ func kindTopology(top *rig.Topology) *rig.Topology {
 }
 
 // kindOptions are the kind provider's options for the suite: the image
-// built from this repository, the host address and link listener from the
+// built from this repository (or the archive and node image the
+// environment names: make e2e-multicluster PROVIDER=kind sets them where
+// the offline images are), the host address and link listener from the
 // environment (make e2e-multicluster PROVIDER=kind KIND_HOST_ADDRESS=...),
 // and runner (nil: the real one).
 func kindOptions(dir, repo string, runner kind.Runner) kind.Options {
@@ -42,7 +44,10 @@ func kindOptions(dir, repo string, runner kind.Runner) kind.Options {
 // upKind brings the suite's rig up as kind clusters, or skips the suite in
 // one line where this machine cannot run kind.
 func upKind(ctx context.Context, top *rig.Topology) rig.Handle {
-	if err := kind.Check(ctx, kind.Options{}, nil); err != nil {
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	Expect(err).NotTo(HaveOccurred())
+	opts := kindOptions(filepath.Join(GinkgoT().TempDir(), "rig"), repo, nil)
+	if err := kind.Check(ctx, opts, nil); err != nil {
 		var m *kind.MissingError
 		if !errors.As(err, &m) {
 			Fail(err.Error())
@@ -52,9 +57,6 @@ func upKind(ctx context.Context, top *rig.Topology) rig.Handle {
 		}
 		Skip("SKIPPED: " + err.Error())
 	}
-	repo, err := filepath.Abs(filepath.Join("..", ".."))
-	Expect(err).NotTo(HaveOccurred())
-	opts := kindOptions(filepath.Join(GinkgoT().TempDir(), "rig"), repo, nil)
 	opts.Log = GinkgoWriter
 	r, err := kind.Up(ctx, kindTopology(top), opts)
 	Expect(err).NotTo(HaveOccurred())

@@ -17,9 +17,27 @@ const (
 	// DefaultAPIServerPort + i is cluster i's API server on the host.
 	DefaultAPIServerPort = 36443
 	// DefaultCallerPort + i is where callers on the host reach cluster i's
-	// allocators.
+	// allocators (any replica, through the Service).
 	DefaultCallerPort = 38443
+	// MaxClusters bounds a kind rig's clusters: the host ports of cluster
+	// i's allocator replicas are spaced by it (ReplicaCallerPort).
+	MaxClusters = 100
 )
+
+// ReplicaNodePort is the NodePort of the Service of allocator replica k
+// (ReplicaServiceName): the ports after AllocatorNodePort.
+func ReplicaNodePort(k int) int { return AllocatorNodePort + 1 + k }
+
+// ReplicaCallerPort is where callers on the host reach allocator replica
+// k of cluster i alone: CallerPort + (k+1)*MaxClusters + i.
+func ReplicaCallerPort(callerPort, i, k int) int { return callerPort + (k+1)*MaxClusters + i }
+
+// kubeletPatch lets the kubelet run on a cgroup v1 host, which kubelets
+// from 1.35 on refuse unless told; on cgroup v2 it changes nothing.
+const kubeletPatch = `kind: KubeletConfiguration
+apiVersion: kubelet.config.k8s.io/v1beta1
+failCgroupV1: false
+`
 
 // Node labels kind puts on each cluster's node: the region is the
 // well-known topology label, the provider has no well-known label.
@@ -41,10 +59,26 @@ func NodeHost(cluster string) string { return ClusterName(cluster) + "-control-p
 // (the fleet agent simulates the topology's node pool; a kind node per
 // simulated node would be a container each), labelled with the cluster's
 // provider and region, its API server on 127.0.0.1 at a port of its own,
-// and the allocator's NodePort mapped to a host port for the callers.
+// the allocator's NodePort mapped to a host port for the callers, and so is
+// the NodePort of each allocator replica's own Service; the kubelet is
+// allowed cgroup v1 (kubeletPatch).
 func Config(t *rig.Topology, i int, opts Options) *v1alpha4.Cluster {
 	opts.defaults()
 	c := t.Spec.Clusters[i]
+	ports := []v1alpha4.PortMapping{{
+		ContainerPort: AllocatorNodePort,
+		HostPort:      int32(opts.CallerPort + i),
+		ListenAddress: "127.0.0.1",
+		Protocol:      v1alpha4.PortMappingProtocolTCP,
+	}}
+	for k := range *c.Allocator.Replicas {
+		ports = append(ports, v1alpha4.PortMapping{
+			ContainerPort: int32(ReplicaNodePort(k)),
+			HostPort:      int32(ReplicaCallerPort(opts.CallerPort, i, k)),
+			ListenAddress: "127.0.0.1",
+			Protocol:      v1alpha4.PortMappingProtocolTCP,
+		})
+	}
 	labels := map[string]string{ClusterLabel: c.Name}
 	if c.Region != "" {
 		labels[RegionLabel] = c.Region
@@ -56,16 +90,12 @@ func Config(t *rig.Topology, i int, opts Options) *v1alpha4.Cluster {
 		TypeMeta: v1alpha4.TypeMeta{Kind: "Cluster", APIVersion: "kind.x-k8s.io/v1alpha4"},
 		Name:     ClusterName(c.Name),
 		Nodes: []v1alpha4.Node{{
-			Role:   v1alpha4.ControlPlaneRole,
-			Image:  opts.NodeImage,
-			Labels: labels,
-			ExtraPortMappings: []v1alpha4.PortMapping{{
-				ContainerPort: AllocatorNodePort,
-				HostPort:      int32(opts.CallerPort + i),
-				ListenAddress: "127.0.0.1",
-				Protocol:      v1alpha4.PortMappingProtocolTCP,
-			}},
+			Role:              v1alpha4.ControlPlaneRole,
+			Image:             opts.NodeImage,
+			Labels:            labels,
+			ExtraPortMappings: ports,
 		}},
+		KubeadmConfigPatches: []string{kubeletPatch},
 		Networking: v1alpha4.Networking{
 			APIServerAddress: "127.0.0.1",
 			APIServerPort:    int32(opts.APIServerPort + i),
@@ -82,4 +112,11 @@ func ConfigYAML(t *rig.Topology, i int, opts Options) ([]byte, error) {
 func CallerAddr(i int, opts Options) string {
 	opts.defaults()
 	return "127.0.0.1:" + strconv.Itoa(opts.CallerPort+i)
+}
+
+// ReplicaCallerAddr is where callers on the host reach allocator replica
+// k of cluster i alone.
+func ReplicaCallerAddr(i, k int, opts Options) string {
+	opts.defaults()
+	return "127.0.0.1:" + strconv.Itoa(ReplicaCallerPort(opts.CallerPort, i, k))
 }

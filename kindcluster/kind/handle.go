@@ -70,9 +70,8 @@ func (r *Rig) RESTConfig(cluster string) (*rest.Config, error) {
 }
 
 // CallerAddrs implements rig.Handle: the callers' links to the cluster,
-// one per allocator replica. They all lead to the one host port of the
-// allocators' Service, which spreads connections over the replicas; unlike
-// the local rig's, a link is not tied to one replica.
+// one per allocator replica, each to that replica alone (its own Service
+// and host port, the pod chosen by labelReplicas), as on the local rig.
 func (r *Rig) CallerAddrs(cluster string) []string {
 	var out []string
 	for _, l := range r.Proxies.Find(rig.CallersName, cluster) {
@@ -191,6 +190,10 @@ func (r *Rig) RestartAPIServer(ctx context.Context, cluster string) error {
 		if err := poll(ctx, deadline, w.selector, ready); err != nil {
 			return fmt.Errorf("cluster %q: %w", cluster, err)
 		}
+	}
+	// The same pods come back with their labels; a pod made anew gets one.
+	if err := r.labelReplicas(ctx, i); err != nil {
+		return err
 	}
 	r.logf("cluster %q is back", cluster)
 	return nil

@@ -124,9 +124,8 @@ func (r *Rig) resolveHostAddress(ctx context.Context) (string, error) {
 	return addr, nil
 }
 
-// link starts the rig's links: from the callers to each cluster (one per
-// allocator replica, each its own connection, so that the Service spreads
-// callers over the replicas as it spreads separate clients), and from
+// link starts the rig's links: from the callers to each allocator replica
+// of each cluster (through the replica's own Service and host port), and from
 // every cluster to every cluster on the host address. In a dry run it
 // only notes them.
 func (r *Rig) link() error {
@@ -141,11 +140,14 @@ func (r *Rig) link() error {
 		replicas := *r.Topology.Spec.Clusters[j].Allocator.Replicas
 		for rep := range replicas {
 			lat := r.Topology.LinkBetween(rig.CallersName, to.Name)
+			// The replica's own Service, as on the local rig a link is
+			// one replica's.
+			own := ReplicaCallerAddr(j, rep, r.opts)
 			if dry {
-				note("link %s -> %s/%d: 127.0.0.1:(free port) -> %s, %v latency, %v jitter", rig.CallersName, to.Name, rep, upstream, lat.Latency.D(), lat.Jitter.D())
+				note("link %s -> %s/%d: 127.0.0.1:(free port) -> %s, %v latency, %v jitter", rig.CallersName, to.Name, rep, own, lat.Latency.D(), lat.Jitter.D())
 				continue
 			}
-			if _, err := r.Proxies.Add(rig.CallersName, to.Name, rep, upstream, lat); err != nil {
+			if _, err := r.Proxies.Add(rig.CallersName, to.Name, rep, own, lat); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/quartermaster-dev/quartermaster/certs"
@@ -151,6 +152,9 @@ func allocatorObjects(t *rig.Topology, i int, opts Options, l certs.Layout, src 
 			if err := editService(d); err != nil {
 				return nil, err
 			}
+			for k := range replicas {
+				out = append(out, replicaService(d, k))
+			}
 		case kind == "RoleBinding" && name == remoteCertsBinding:
 			found[kind] = true
 			u.SetNamespace(t.Spec.Namespace)
@@ -164,6 +168,9 @@ func allocatorObjects(t *rig.Topology, i int, opts Options, l certs.Layout, src 
 	}
 	return out, nil
 }
+
+// runtimeDeepCopy copies a decoded object.
+func runtimeDeepCopy(d map[string]any) map[string]any { return runtime.DeepCopyJSON(d) }
 
 func isWorkload(kind string) bool { return kind == "StatefulSet" || kind == "Deployment" }
 
@@ -286,6 +293,43 @@ func editService(d map[string]any) error {
 	}
 	return fmt.Errorf("Service %s has no port named allocator", allocatorName)
 }
+
+// replicaService is the allocator's Service narrowed to replica k: the
+// pod the rig labels ReplicaLabel=k (labelReplicas), on its own NodePort,
+// which kind maps to a host port of its own, so each caller link reaches
+// one replica and the spec that wants two replicas gets two.
+func replicaService(svc map[string]any, k int) map[string]any {
+	d := runtimeDeepCopy(svc)
+	u := unstructured.Unstructured{Object: d}
+	u.SetName(ReplicaServiceName(k))
+	u.SetResourceVersion("")
+	selector, _, _ := unstructured.NestedStringMap(d, "spec", "selector")
+	if selector == nil {
+		selector = map[string]string{}
+	}
+	selector[ReplicaLabel] = strconv.Itoa(k)
+	sel := map[string]any{}
+	for key, v := range selector {
+		sel[key] = v
+	}
+	_ = unstructured.SetNestedMap(d, sel, "spec", "selector")
+	ports, _, _ := unstructured.NestedSlice(d, "spec", "ports")
+	for j, raw := range ports {
+		if p, ok := raw.(map[string]any); ok && p["name"] == "allocator" {
+			p["nodePort"] = int64(ReplicaNodePort(k))
+			ports[j] = p
+		}
+	}
+	_ = unstructured.SetNestedSlice(d, ports, "spec", "ports")
+	return d
+}
+
+// ReplicaServiceName is the Service of the allocator replica labelled k.
+func ReplicaServiceName(k int) string { return allocatorName + "-replica-" + strconv.Itoa(k) }
+
+// ReplicaLabel is the label the rig gives each allocator pod, 0 to
+// replicas-1, so a Service per replica selects one pod.
+const ReplicaLabel = "quartermaster.dev/caller-link"
 
 // tlsSecrets are the two Secrets deploy/allocator.yaml asks for: the
 // server certificate and the CA client certificates must chain to.

@@ -36,9 +36,11 @@ type Runner interface {
 	Run(ctx context.Context, cmd kindcluster.Command) ([]byte, error)
 }
 
-// Exec is the Runner that does the work: kind's Go API with the container
-// runtime kind detects (Docker, Podman or nerdctl), and programs run as
-// child processes.
+// Exec is the Runner that does the work: kind's Go API on Docker, and
+// programs run as child processes. Docker always, whatever kind would
+// detect: the rig's own steps (build, save, restart, network inspect) are
+// docker commands, so the clusters must be Docker's too (Check and Up
+// refuse KIND_EXPERIMENTAL_PROVIDER=podman or nerdctl).
 type Exec struct {
 	Provider *cluster.Provider
 	Programs kindcluster.Runner
@@ -48,11 +50,10 @@ var _ Runner = (*Exec)(nil)
 
 // NewExec is an Exec whose kind logs go to log (may be nil).
 func NewExec(log io.Writer) *Exec {
-	opts := []cluster.ProviderOption{cluster.ProviderWithLogger(writerLogger{w: log})}
-	if rt, err := cluster.DetectNodeProvider(); err == nil && rt != nil {
-		opts = append(opts, rt)
+	return &Exec{
+		Provider: cluster.NewProvider(cluster.ProviderWithLogger(writerLogger{w: log}), cluster.ProviderWithDocker()),
+		Programs: kindcluster.ExecRunner{},
 	}
-	return &Exec{Provider: cluster.NewProvider(opts...), Programs: kindcluster.ExecRunner{}}
 }
 
 // Create implements Runner.

@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -39,10 +41,17 @@ type Options struct {
 	// Build builds Image from RepoDir's Dockerfile first; without it Image
 	// must already be in the local Docker.
 	Build bool
+	// ImageArchive is Image already saved as an archive (`make
+	// kind-qm-image` writes one with no base image and no Docker build):
+	// loaded into the nodes as it is, with no build and no save. Default
+	// $QM_KIND_IMAGE_ARCHIVE.
+	ImageArchive string
 	// Docker and Kubectl are the programs (default "docker", and the
 	// repository's bin/kubectl if there is one, else "kubectl").
 	Docker, Kubectl string
-	// NodeImage is kind's node image (default kind's own).
+	// NodeImage is kind's node image (default $QM_KIND_NODE_IMAGE, else
+	// kind's own; OfflineNodeImage is the one `make kind-node-image`
+	// builds with no registry).
 	NodeImage string
 	// APIServerPort and CallerPort are cluster 0's host ports; cluster i
 	// uses the next i-th (defaults DefaultAPIServerPort, DefaultCallerPort).
@@ -92,12 +101,31 @@ func (o *Options) defaults() {
 	}
 }
 
+// Environment variables that set NodeImage and ImageArchive where the
+// caller left them empty (`make e2e-multicluster PROVIDER=kind` sets both
+// when the offline images are there).
+const (
+	NodeImageEnv    = "QM_KIND_NODE_IMAGE"
+	ImageArchiveEnv = "QM_KIND_IMAGE_ARCHIVE"
+)
+
+// OfflineNodeImage is the node image `make kind-node-image` builds with
+// no registry, for the Kubernetes version the rigs use (mk/kube.mk).
+const OfflineNodeImage = "quartermaster.dev/kind-node:v1.36.3"
+
 // resolve fills in what needs the file system or the environment: the
-// repository, kubectl, and the host address and link listener where the
-// environment sets them (HostAddressEnv, LinkListenEnv), so `qm cluster up
-// --provider kind` and the tests can be pointed at Docker Desktop's host
-// name without a flag of their own.
+// repository, kubectl, the node image and image archive
+// (NodeImageEnv, ImageArchiveEnv), and the host address and link listener
+// where the environment sets them (HostAddressEnv, LinkListenEnv), so `qm
+// cluster up --provider kind` and the tests can be pointed at Docker
+// Desktop's host name or the offline images without a flag of their own.
 func (o *Options) resolve() error {
+	if o.NodeImage == "" {
+		o.NodeImage = os.Getenv(NodeImageEnv)
+	}
+	if o.ImageArchive == "" {
+		o.ImageArchive = os.Getenv(ImageArchiveEnv)
+	}
 	o.defaults()
 	if o.HostAddress == "" {
 		o.HostAddress = os.Getenv(HostAddressEnv)
@@ -209,11 +237,17 @@ func (r *Rig) kubectl(kubeconfig string, args ...string) kindcluster.Command {
 // is then the same every time, and one failure stops before the next
 // cluster costs a minute. On failure Up deletes what it created.
 func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) {
+	if err := checkProvider(); err != nil {
+		return nil, err
+	}
 	if err := opts.resolve(); err != nil {
 		return nil, err
 	}
 	if opts.Dir == "" {
 		opts.Dir = DefaultDir(t.Metadata.Name)
+	}
+	if n := len(t.Spec.Clusters); n > MaxClusters {
+		return nil, fmt.Errorf("topology %q has %d clusters: a kind rig takes at most %d", t.Metadata.Name, n, MaxClusters)
 	}
 	if opts.Runner == nil {
 		opts.Runner = NewExec(opts.Log)
@@ -254,16 +288,9 @@ func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) 
 	if err := r.writeConfigs(allocatorYAML); err != nil {
 		return nil, err
 	}
-	archive := filepath.Join(r.Dir, "qm-image.tar")
-	if opts.Build {
-		r.logf("building %s from %s", opts.Image, filepath.Join(opts.RepoDir, "Dockerfile"))
-		if _, err := opts.Runner.Run(ctx, kindcluster.Command{Path: opts.Docker, Args: []string{"build", "-t", opts.Image,
-			"-f", filepath.Join(opts.RepoDir, "Dockerfile"), opts.RepoDir}}); err != nil {
-			return nil, fmt.Errorf("build the image: %w", err)
-		}
-	}
-	if _, err := opts.Runner.Run(ctx, kindcluster.Command{Path: opts.Docker, Args: []string{"save", "-o", archive, opts.Image}}); err != nil {
-		return nil, fmt.Errorf("save the image %s (build it, or pass Build): %w", opts.Image, err)
+	archive, err := r.imageArchive(ctx)
+	if err != nil {
+		return nil, err
 	}
 	for i := range r.Clusters {
 		if err := ctx.Err(); err != nil {
@@ -301,6 +328,51 @@ func Up(ctx context.Context, t *rig.Topology, opts Options) (_ *Rig, err error) 
 	}
 	r.logf("kind rig %q is up", t.Metadata.Name)
 	return r, nil
+}
+
+// imageArchive is the qm image as an archive for kind to load: the one
+// given (ImageArchive), else Image built (with Build) and saved from
+// Docker. Saved for this machine's platform where Docker keeps images in
+// containerd's store: there an image pulled for one platform still lists
+// the others, and kind's import of every platform fails on their missing
+// layers. The classic store has no such flag and needs none.
+func (r *Rig) imageArchive(ctx context.Context) (string, error) {
+	opts := r.opts
+	if opts.ImageArchive != "" {
+		if !isFile(opts.ImageArchive) {
+			return "", fmt.Errorf("the image archive %s does not exist (make kind-qm-image writes it)", opts.ImageArchive)
+		}
+		r.logf("loading %s from %s", opts.Image, opts.ImageArchive)
+		return opts.ImageArchive, nil
+	}
+	archive := filepath.Join(r.Dir, "qm-image.tar")
+	if opts.Build {
+		r.logf("building %s from %s", opts.Image, filepath.Join(opts.RepoDir, "Dockerfile"))
+		if _, err := opts.Runner.Run(ctx, kindcluster.Command{Path: opts.Docker, Args: []string{"build", "-t", opts.Image,
+			"-f", filepath.Join(opts.RepoDir, "Dockerfile"), opts.RepoDir}}); err != nil {
+			return "", fmt.Errorf("build the image: %w", err)
+		}
+	}
+	save := []string{"save", "-o", archive}
+	out, err := opts.Runner.Run(ctx, kindcluster.Command{Path: opts.Docker, Args: []string{"info", "--format", "{{json .DriverStatus}}"}})
+	if err != nil {
+		return "", fmt.Errorf("docker info: %w", err)
+	}
+	if containerdStore(out) {
+		save = append(save, "--platform", "linux/"+runtime.GOARCH)
+	}
+	if _, err := opts.Runner.Run(ctx, kindcluster.Command{Path: opts.Docker, Args: append(save, opts.Image)}); err != nil {
+		return "", fmt.Errorf("save the image %s (build it, or pass Build): %w", opts.Image, err)
+	}
+	return archive, nil
+}
+
+// containerdStore says whether `docker info --format '{{json
+// .DriverStatus}}'` describes Docker's containerd image store (its
+// snapshotter as the storage driver) rather than the classic graph
+// drivers.
+func containerdStore(driverStatus []byte) bool {
+	return strings.Contains(string(driverStatus), "io.containerd.snapshotter")
 }
 
 func makeEmptyDir(dir string) error {
@@ -446,7 +518,8 @@ func (r *Rig) applyCluster(ctx context.Context, i int) error {
 }
 
 // waitCluster waits for cluster i's allocator and agent rollouts, then for
-// every fleet's servers to be Ready (the agent writes readyReplicas).
+// every fleet's servers to be Ready (the agent writes readyReplicas), and
+// labels the allocator pods for their replicas' Services.
 func (r *Rig) waitCluster(ctx context.Context, i int) error {
 	c := r.Clusters[i]
 	wait := "--timeout=" + r.opts.Wait.String()
@@ -462,6 +535,9 @@ func (r *Rig) waitCluster(ctx context.Context, i int) error {
 		if _, err := r.opts.Runner.Run(ctx, cmd); err != nil {
 			return err
 		}
+	}
+	if err := r.labelReplicas(ctx, i); err != nil {
+		return err
 	}
 	r.logf("cluster %q is ready", c.Name)
 	return nil
