@@ -46,30 +46,9 @@ func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error
 	thresholdsFile := fs.String("thresholds", "", "the gate's rules (default: thresholds.yaml in the baseline directory)")
 	historyFile := fs.String("history", "", "recorded baselines ("+reports.HistoryFile+"): a trend per gated figure")
 	record := fs.String("record", "", "append this run's gated figures to --history as the baseline at this commit")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, reportUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	// parseFlags refuses positional arguments, and here they are the point:
-	// parse the same way (help on stdout, mistakes and usage on stderr,
-	// status 2) but collect the files between flags.
-	var files []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				usage(stdout)
-				return nil
-			}
-			return usageFail(stderr, "report", usage, "%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	usage, files, ok, err := parseFlagsAndFiles("report", reportUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	if len(files) == 0 {
 		return usageFail(stderr, "report", usage, "no result files given")
