@@ -622,20 +622,11 @@ func runLoadMerge(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	out := fs.String("out", "", "write the merged result as JSON to this file")
 	expect := fs.String("expect", "", "thresholds that set the exit status, as for qm load")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, loadMergeUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+	usage, files, ok, err := parseFlagsAndFiles("load merge", loadMergeUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout)
-			return nil
-		}
-		return usageFail(stderr, "load merge", usage, "%v", err)
-	}
-	if fs.NArg() == 0 {
+	if len(files) == 0 {
 		return usageFail(stderr, "load merge", usage, "no result files given")
 	}
 	ths, err := loadgen.ParseThresholds(*expect)
@@ -643,7 +634,7 @@ func runLoadMerge(args []string, stdout, stderr io.Writer) error {
 		return usageFail(stderr, "load merge", usage, "--expect: %v", err)
 	}
 	var results []*loadgen.Result
-	for _, name := range fs.Args() {
+	for _, name := range files {
 		fh, err := os.Open(name)
 		if err != nil {
 			return err
