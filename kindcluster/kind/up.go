@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/apis/config/defaults"
@@ -589,27 +588,17 @@ func (r *Rig) writeState() error {
 // go; if the owner is gone, it deletes the recorded clusters itself.
 // runner is nil for the real thing.
 func Down(dir string, runner Runner, grace time.Duration, log io.Writer) error {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	var s state
+	err := kindcluster.ReadState(dir, stateFile, &s)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no kind rig in %s (no %s)", dir, stateFile)
 	}
 	if err != nil {
 		return err
 	}
-	var s state
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
-	}
-	if s.OwnerPID != os.Getpid() && kindcluster.OwnerAlive(s.OwnerPID) {
-		_ = syscall.Kill(s.OwnerPID, syscall.SIGTERM)
-		// Deleting a kind cluster takes seconds each.
-		deadline := time.Now().Add(grace + time.Duration(len(s.Clusters))*time.Minute)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+	// Deleting a kind cluster takes seconds each.
+	if kindcluster.AskOwnerToStop(dir, s.OwnerPID, grace+time.Duration(len(s.Clusters))*time.Minute) {
+		return nil
 	}
 	if runner == nil {
 		runner = NewExec(log)

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -665,26 +664,16 @@ func (r *Rig) Stop() error {
 // stop it (SIGTERM) and waits for the directory to go; if the owner is gone,
 // it stops the recorded processes and clusters itself.
 func StopDir(dir string, grace time.Duration) error {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	var s state
+	err := kindcluster.ReadState(dir, stateFile, &s)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no rig in %s (no %s)", dir, stateFile)
 	}
 	if err != nil {
 		return err
 	}
-	var s state
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
-	}
-	if s.OwnerPID != os.Getpid() && kindcluster.OwnerAlive(s.OwnerPID) {
-		_ = syscall.Kill(s.OwnerPID, syscall.SIGTERM)
-		deadline := time.Now().Add(grace + 60*time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	if kindcluster.AskOwnerToStop(dir, s.OwnerPID, grace+60*time.Second) {
+		return nil
 	}
 	var errs []error
 	for _, pid := range s.Pids {
