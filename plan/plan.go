@@ -8,6 +8,10 @@
 // Bisection presumes the target gets easier as the value grows (more
 // servers, a larger buffer). The plan checks the ends first: a target met
 // at FROM needs no search, one missed at TO has no answer in the range.
+// Each round can test several points between the bounds at once
+// (Plan.Points), one run per worker; which points are tested depends on
+// Points alone, so the workers change how long a plan takes, never what it
+// finds.
 package plan
 
 import (
@@ -15,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quartermaster-dev/quartermaster/scenarios"
@@ -58,12 +64,16 @@ type Result struct {
 	Points []Point `json:"points"`
 }
 
-// Options tune a plan without changing its answer.
+// Options tune a plan without changing its answer or the points it runs.
 type Options struct {
-	// Progress, when set, is told of each run as it starts and ends.
+	// Progress, when set, is told of each run as it starts and ends; its
+	// calls never overlap.
 	Progress func(value int, done *Point)
 	// Stop is polled by the runs; true ends the plan with sim.ErrStopped.
+	// Runs under way at once poll it concurrently.
 	Stop func() bool
+	// Workers is how many simulator runs go on at once (below 1: one).
+	Workers int
 }
 
 // Plan is a question: which value of Vary meets Target in the scenario.
@@ -72,6 +82,10 @@ type Plan struct {
 	sc     *scenarios.Scenario
 	Vary   Vary
 	Target Target
+	// Points is how many values a round tests between the bounds, evenly
+	// spaced (below 1: one, the midpoint: plain bisection). With more than
+	// one the ends are also tested together in the first round.
+	Points int
 }
 
 // New checks the question before any run: the scenario parses, the path
@@ -113,8 +127,8 @@ func (p *Plan) scenario(v int) (*scenarios.Scenario, error) {
 	return sc, nil
 }
 
-// Run bisects: it runs To, then From, then the middle of what is left until
-// two neighbours separate a miss from a pass.
+// Run bisects: it runs To (and From), then points between the bounds left
+// until two neighbours separate a miss from a pass.
 func (p *Plan) Run(o Options) (*Result, error) {
 	res := &Result{
 		APIVersion: APIVersion, Kind: Kind,
@@ -124,44 +138,134 @@ func (p *Plan) Run(o Options) (*Result, error) {
 	for _, b := range p.Target {
 		res.Target = append(res.Target, b.String())
 	}
-	eval := func(v int) (bool, error) {
-		pt, err := p.point(v, o)
-		if err != nil {
-			return false, err
+	var mu sync.Mutex
+	if o.Progress != nil {
+		progress := o.Progress
+		o.Progress = func(v int, done *Point) {
+			mu.Lock()
+			defer mu.Unlock()
+			progress(v, done)
 		}
-		res.Points = append(res.Points, *pt)
-		return pt.Pass, nil
 	}
-	lo, hi := p.Vary.From, p.Vary.To
-	ok, err := eval(hi)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		res.Found = true
-		if ok, err = eval(lo); err != nil {
+	// eval runs values (ascending) and returns whether each passed.
+	eval := func(values []int) ([]bool, error) {
+		pts := make([]*Point, len(values))
+		err := parallel(len(values), o.Workers, func(i int) error {
+			pt, err := p.point(values[i], o)
+			pts[i] = pt
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
-		if ok {
+		pass := make([]bool, len(values))
+		for i, pt := range pts {
+			res.Points = append(res.Points, *pt)
+			pass[i] = pt.Pass
+		}
+		return pass, nil
+	}
+	k := max(p.Points, 1)
+	lo, hi := p.Vary.From, p.Vary.To
+	var loOK, hiOK bool
+	if k == 1 || lo == hi {
+		ok, err := eval([]int{hi})
+		if err != nil {
+			return nil, err
+		}
+		if hiOK = ok[0]; hiOK && lo != hi {
+			if ok, err = eval([]int{lo}); err != nil {
+				return nil, err
+			}
+			loOK = ok[0]
+		}
+	} else {
+		ok, err := eval([]int{lo, hi})
+		if err != nil {
+			return nil, err
+		}
+		loOK, hiOK = ok[0], ok[1]
+	}
+	if hiOK {
+		res.Found = true
+		if loOK {
 			hi = lo
 		}
 		// Invariant: lo misses, hi passes.
 		for hi-lo > 1 {
-			mid := lo + (hi-lo)/2
-			ok, err := eval(mid)
+			values := between(lo, hi, k)
+			ok, err := eval(values)
 			if err != nil {
 				return nil, err
 			}
-			if ok {
-				hi = mid
-			} else {
-				lo = mid
+			// The first value that passes is the new hi; the last miss
+			// below it the new lo.
+			newHi := hi
+			for i, v := range values {
+				if ok[i] {
+					newHi = v
+					break
+				}
 			}
+			for i, v := range values {
+				if !ok[i] && v < newHi {
+					lo = v
+				}
+			}
+			hi = newHi
 		}
 		res.Answer = hi
 	}
 	sort.Slice(res.Points, func(i, j int) bool { return res.Points[i].Value < res.Points[j].Value })
 	return res, nil
+}
+
+// between returns up to k distinct values strictly between lo and hi
+// (lo+1 < hi), evenly spaced, ascending; with k = 1 the midpoint
+// lo + (hi-lo)/2.
+func between(lo, hi, k int) []int {
+	var out []int
+	for i := 1; i <= k; i++ {
+		v := lo + (hi-lo)*i/(k+1)
+		if v > lo && v < hi && (len(out) == 0 || v > out[len(out)-1]) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// parallel calls f(0) .. f(n-1) on up to workers goroutines (below 1:
+// one) and returns the error of the lowest index that failed, so which
+// error is reported does not depend on the workers either. Once one
+// fails, indexes not yet started are skipped.
+func parallel(n, workers int, f func(i int) error) error {
+	workers = min(max(workers, 1), n)
+	errs := make([]error, n)
+	var next atomic.Int64
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || failed.Load() {
+					return
+				}
+				if errs[i] = f(i); errs[i] != nil {
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *Plan) point(v int, o Options) (*Point, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,14 +24,18 @@ func init() {
 	})
 }
 
-const planUsage = `usage: qm plan FILE --target 'successRate>=0.999,p99<200ms' --vary PATH=FROM..TO [--out plan.json]
+const planUsage = `usage: qm plan FILE --target 'successRate>=0.999,p99<200ms' --vary PATH=FROM..TO [--out plan.json] [--workers W] [--points K]
 
 Varies one field of a scenario file over FROM..TO and bisects for the
 smallest value whose simulator run meets every clause of --target. Each run
 is deterministic (the scenario's seed), so the answer is the same on every
 machine. The target should get easier as the value grows (servers, buffer,
-nodes): the plan runs TO first (no answer if it misses), then FROM, then
-bisects. Prints the curve it explored on stdout (progress on stderr) and
+nodes): the plan runs FROM and TO first (no answer if TO misses), then
+--points values evenly spaced between the bounds left, round after round,
+until two neighbours separate a miss from a pass (--points 1: bisection).
+The runs of a round go on at once, --workers at a time (default: one per
+CPU); the points depend on --points alone, so the curve and the answer are
+the same whatever --workers is. Prints the curve it explored on stdout (progress on stderr) and
 writes it with --out for qm report. Exit status 2 when even TO misses.
 
 PATH is the field as the file spells it, list entries by name:
@@ -53,6 +58,8 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	varyFlag := fs.String("vary", "", "PATH=FROM..TO: the field to vary and its range, like fleets.game.buffer.size=0..500")
 	out := fs.String("out", "", "write the plan (question, answer, every point) as JSON to this file, for qm report")
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
+	workers := fs.Int("workers", runtime.NumCPU(), "simulator runs at once")
+	points := fs.Int("points", 2, "values tested per round between the bounds (1: bisection)")
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, planUsage)
 		fs.SetOutput(w)
@@ -86,6 +93,12 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case *varyFlag == "":
 		return usageFail(stderr, "plan", usage, "--vary is required, like --vary fleets.game.buffer.size=0..500")
 	}
+	if *workers < 1 {
+		return usageFail(stderr, "plan", usage, "--workers %d: want 1 or more", *workers)
+	}
+	if *points < 1 {
+		return usageFail(stderr, "plan", usage, "--points %d: want 1 or more", *points)
+	}
 	tg, err := plan.ParseTarget(*targetFlag)
 	if err != nil {
 		return usageFail(stderr, "plan", usage, "--target: %v", err)
@@ -102,19 +115,21 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%s: %w", files[0], err)
 	}
-	tuneGC(1)
-	opt := plan.Options{Stop: func() bool { return ctx.Err() != nil }}
+	p.Points = *points
+	// A round runs at most max(points, 2) at once.
+	tuneGC(min(*workers, max(*points, 2)))
+	opt := plan.Options{Stop: func() bool { return ctx.Err() != nil }, Workers: *workers}
 	if !*quiet {
+		// Runs of a round end in any order: one line per run as it ends.
 		opt.Progress = func(value int, pt *plan.Point) {
 			if pt == nil {
-				fmt.Fprintf(stderr, "qm plan: %s=%d ...", v.Path, value)
 				return
 			}
 			verdict := "meets the target"
 			if !pt.Pass {
 				verdict = "misses " + strings.Join(pt.Failed, ", ")
 			}
-			fmt.Fprintf(stderr, " %s (%s in %.1fs)\n", verdict, metricList(tg, pt), pt.WallSeconds)
+			fmt.Fprintf(stderr, "qm plan: %s=%d %s (%s in %.1fs)\n", v.Path, value, verdict, metricList(tg, pt), pt.WallSeconds)
 		}
 	}
 	start := time.Now()

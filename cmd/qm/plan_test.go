@@ -78,6 +78,32 @@ func TestPlanCommand(t *testing.T) {
 		t.Fatalf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	}
 
+	// One worker or two: the same points and answer; only wall times differ.
+	var plans [2]plan.Result
+	for i, workers := range []string{"1", "2"} {
+		out := filepath.Join(dir, "plan"+workers+".json")
+		code, stdout, stderr := runQM("plan", scFile, "--quiet", "--workers", workers, "--points", "3",
+			"--target", "successRate>=0.98,p99<200ms", "--vary", "fleets.game.replicas=1..32", "--out", out)
+		if code != 0 {
+			t.Fatalf("--workers %s: exit %d\n%s\n%s", workers, code, stdout, stderr)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &plans[i]); err != nil {
+			t.Fatal(err)
+		}
+		for j := range plans[i].Points {
+			plans[i].Points[j].WallSeconds = 0
+		}
+	}
+	pa, _ := json.Marshal(plans[0])
+	pb, _ := json.Marshal(plans[1])
+	if string(pa) != string(pb) || plans[0].Answer != 6 {
+		t.Fatalf("one worker:\n%s\ntwo:\n%s", pa, pb)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -87,6 +113,8 @@ func TestPlanCommand(t *testing.T) {
 		{[]string{"plan", "f.yaml", "--target", "successRate>=1"}, "--vary is required"},
 		{[]string{"plan", "f.yaml", "--target", "p99<200", "--vary", "x=1..2"}, `--target: "p99<200": p99 is a latency`},
 		{[]string{"plan", "f.yaml", "--target", "successRate>=1", "--vary", "x=9..2"}, "--vary: \"x=9..2\": range 9..2"},
+		{[]string{"plan", "f.yaml", "--target", "successRate>=1", "--vary", "x=1..2", "--workers", "0"}, "--workers 0: want 1 or more"},
+		{[]string{"plan", "f.yaml", "--target", "successRate>=1", "--vary", "x=1..2", "--points", "0"}, "--points 0: want 1 or more"},
 	} {
 		code, _, stderr := runQM(tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

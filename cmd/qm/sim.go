@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
@@ -26,12 +27,21 @@ func init() {
 	})
 }
 
-const simUsage = `usage: qm sim FILE [--out results.json] [--quiet]
+const simUsage = `usage: qm sim FILE [--out results.json] [--quiet] [--cpuprofile FILE]
+       qm sim FILE --seeds N [--workers W] [--out spread.json] [--quiet]
        qm sim --replay TRACE FILE [--cluster-name SOURCE=CLUSTER]... [--out results.json]
 
 Runs one scenario file in the simulator on a virtual clock, prints a table
 per cluster and the file's expectations, and exits 2 if one fails. Flags may
 come before or after FILE. To run every shipped scenario: make sim-scenarios.
+Progress (virtual time reached, events/s, time left) goes to stderr when it
+is a terminal, unless --quiet or CI is set in the environment.
+
+With --seeds N, the scenario runs under its seed and the N-1 after it, W
+runs at a time (default: one per CPU), and the table shows each figure's
+spread across the seeds: mean, standard deviation, min and max. A run's
+results depend on its seed alone, never on W. Exit status 2 when a seed
+misses an expectation.
 
 With --replay, the scenario's clusters, policies and faults meet the
 arrivals and requests of a trace (qm serve --trace, qm load --trace) instead
@@ -52,6 +62,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out := fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
 	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
+	seeds := fs.Int("seeds", 1, "run the scenario under this many seeds (its own and the ones after it) and report each figure's spread")
+	workers := fs.Int("workers", runtime.NumCPU(), "with --seeds: runs at once")
 	replay := fs.String("replay", "", "replay this trace's arrivals and requests against the scenario's clusters instead of its workload")
 	var clusterNames multiFlag
 	fs.Var(&clusterNames, "cluster-name", "with --replay: SOURCE=CLUSTER, the scenario's name for a cluster the trace names SOURCE (repeatable)")
@@ -91,12 +103,24 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *replay == "" && len(clusterNames) > 0 {
 		return usageFail(stderr, "sim", usage, "--cluster-name needs --replay")
 	}
+	if *seeds < 1 {
+		return usageFail(stderr, "sim", usage, "--seeds %d: want 1 or more", *seeds)
+	}
+	if *workers < 1 {
+		return usageFail(stderr, "sim", usage, "--workers %d: want 1 or more", *workers)
+	}
+	if *seeds > 1 && *replay != "" {
+		return usageFail(stderr, "sim", usage, "--seeds and --replay: a replay follows its trace; run it once")
+	}
 	sc, err := scenarios.Load(files[0])
 	if err != nil {
 		return err
 	}
 	if *replay != "" {
 		return runSimReplay(ctx, sc, *replay, clusterNames, *out, *quiet, stdout, stderr)
+	}
+	if *seeds > 1 {
+		return runSimSeeds(ctx, files[0], sc, *seeds, *workers, *out, *quiet, stdout, stderr)
 	}
 	tuneGC(1)
 	if *cpuProfile != "" {
@@ -108,14 +132,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	opt := scenarios.Options{}
 	start := time.Now()
-	if !*quiet {
+	showProgress := !*quiet && progressWanted(stderr)
+	if showProgress {
 		last := start
 		opt.Progress = func(now, total time.Duration, events uint64) {
 			if t := time.Now(); t.Sub(last) >= time.Second {
 				last = t
-				fmt.Fprintf(stderr, "\r%s: %5.1f%% of %s virtual, %d events, %.0f events/s",
-					sc.Metadata.Name, 100*now.Seconds()/total.Seconds(), total, events,
-					float64(events)/t.Sub(start).Seconds())
+				fmt.Fprintf(stderr, "\r%s", progressLine(sc.Metadata.Name, now, total, events, t.Sub(start)))
 			}
 		}
 	}
@@ -127,7 +150,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	wall := time.Since(start)
 	if !*quiet {
-		if wall >= time.Second {
+		if showProgress && wall >= time.Second {
 			fmt.Fprintln(stderr)
 		}
 		fmt.Fprintf(stderr, "%s: %d events in %s (%.0f events/s)\n", sc.Metadata.Name, rep.Results.Events,
@@ -215,6 +238,28 @@ func printSummary(w io.Writer, rep *scenarios.Report) {
 	} else {
 		fmt.Fprintln(w, "FAIL")
 	}
+}
+
+// progressWanted says whether w is a terminal someone watches: not in CI
+// (CI set, as CI services set it), not redirected to a file or a pipe.
+func progressWanted(w io.Writer) bool {
+	if ci := os.Getenv("CI"); ci != "" && ci != "false" && ci != "0" {
+		return false
+	}
+	return isTerminal(w)
+}
+
+// progressLine is a run's progress: how far it is in virtual time, its
+// speed in events per wall second, and the wall time left at the average
+// pace of virtual time so far.
+func progressLine(name string, now, total time.Duration, events uint64, wall time.Duration) string {
+	line := fmt.Sprintf("%s: %5.1f%% of %s virtual, %d events, %.0f events/s", name,
+		100*now.Seconds()/total.Seconds(), total, events, float64(events)/wall.Seconds())
+	if now > 0 && now < total {
+		left := time.Duration(float64(wall) * float64(total-now) / float64(now))
+		line += ", about " + left.Round(time.Second).String() + " left  "
+	}
+	return line
 }
 
 // startCPUProfile profiles the process into file until the returned

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/quartermaster-dev/quartermaster/plan"
+	"github.com/quartermaster-dev/quartermaster/scenarios"
+)
+
+// runSimSeeds is qm sim --seeds N: the scenario under N seeds, workers
+// runs at a time, each figure's spread across them on stdout and the whole
+// (every seed's report and the spreads) in --out.
+func runSimSeeds(ctx context.Context, file string, sc *scenarios.Scenario, n, workers int, out string, quiet bool, stdout, stderr io.Writer) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	workers = min(workers, n)
+	tuneGC(workers)
+	seeds := plan.Seeds(sc, n)
+	start := time.Now()
+	if !quiet {
+		fmt.Fprintf(stderr, "qm sim: %s under %d seeds (%d..%d), %d at a time\n", sc.Metadata.Name, n, seeds[0], seeds[n-1], workers)
+	}
+	res, err := plan.RunSeeds(data, seeds, plan.Options{Workers: workers, Stop: func() bool { return ctx.Err() != nil }})
+	if err != nil {
+		return err
+	}
+	if !quiet {
+		fmt.Fprintf(stderr, "qm sim: %d runs in %s\n", n, time.Since(start).Round(time.Millisecond))
+	}
+	if out != "" {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		b = append(b, '\n')
+		if out == "-" {
+			if _, err := stdout.Write(b); err != nil {
+				return err
+			}
+			stdout = stderr
+		} else if err := os.WriteFile(out, b, 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	failed := expectationTally(res)
+	if !quiet {
+		printSpread(stdout, res, failed)
+	} else {
+		for _, line := range failed {
+			fmt.Fprintln(stdout, line)
+		}
+	}
+	if res.Passed < len(res.Runs) {
+		return exitError{code: 2}
+	}
+	return nil
+}
+
+// spreadFigures are the figures the table shows, beside each cluster's
+// share and p99; --out has every number of the results.
+var spreadFigures = []string{
+	"totals.requests", "totals.allocated", "totals.successRate", "totals.unAllocated", "totals.retries",
+	"totals.latency.p50Ms", "totals.latency.p99Ms", "totals.packingEfficiency", "totals.nodeHours", "totals.cost",
+}
+
+// expectationTally returns a FAIL line per expectation some seed missed.
+func expectationTally(res *plan.SeedRuns) []string {
+	var lines []string
+	for i, c := range res.Runs[0].Expectations {
+		var missed []string
+		for j, rep := range res.Runs {
+			if !rep.Expectations[i].Pass {
+				missed = append(missed, fmt.Sprintf("seed %d: %v", res.Seeds[j], rep.Expectations[i].Value))
+			}
+		}
+		if len(missed) > 0 {
+			lines = append(lines, fmt.Sprintf("FAIL %s (want %s) in %d of %d seeds: %s", c.Metric, bounds(c),
+				len(missed), len(res.Runs), strings.Join(missed, ", ")))
+		}
+	}
+	return lines
+}
+
+func printSpread(w io.Writer, res *plan.SeedRuns, failed []string) {
+	fmt.Fprintf(w, "scenario %s under %d seeds (%d..%d)\n\n", res.Scenario, len(res.Seeds), res.Seeds[0], res.Seeds[len(res.Seeds)-1])
+	figures := append([]string{}, spreadFigures...)
+	var clusters []string
+	for name := range res.Runs[0].Results.Clusters {
+		clusters = append(clusters, name)
+	}
+	sort.Strings(clusters)
+	for _, c := range clusters {
+		figures = append(figures, "clusters."+c+".share", "clusters."+c+".latency.p99Ms")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "figure\tmean\tsd\tmin\tmax\t")
+	for _, name := range figures {
+		f, ok := res.Figure(name)
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.6g\t%.3g\t%.6g\t%.6g\t\n", name, f.Mean, f.SD, f.Min, f.Max)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nexpectations met in %d of %d seeds\n", res.Passed, len(res.Runs))
+	for _, line := range failed {
+		fmt.Fprintln(w, "  "+line)
+	}
+	if res.Passed == len(res.Runs) {
+		fmt.Fprintln(w, "PASS")
+	} else {
+		fmt.Fprintln(w, "FAIL")
+	}
+}
