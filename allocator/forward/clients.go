@@ -133,7 +133,7 @@ func (cs *clients) get(endpoint string, sec Secret, serverCA []byte, fresh bool)
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: cs.connect,
 		}),
-		// The remote's answer is decoded by hand (codec.go).
+		// A request a Memo encoded is sent as it is (codec.go).
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newClientCodec())),
 		// Fixed windows, as allocator.Server's: grpc-go's dynamic ones
 		// cost every lone answer a WINDOW_UPDATE, a PING and its ACK.

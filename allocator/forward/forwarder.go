@@ -668,10 +668,9 @@ func ForwardRequest(in *allocation.AllocationRequest, namespace string) *allocat
 	out.Metadata = &allocation.MetaPatch{Labels: meta.GetLabels(), Annotations: meta.GetAnnotations()}
 	//nolint:staticcheck // SA1019: the double write Agones does.
 	out.MetaPatch = &allocation.MetaPatch{Labels: meta.GetLabels(), Annotations: meta.GetAnnotations()}
-	// out shares sub-messages (selectors, counters, maps) with in, and is
-	// only read: marshalled by each call, which ends before Allocate
-	// returns. A deep copy here was a third of the forwarder's own heap
-	// allocations per request.
+	// out shares sub-messages (selectors, counters, maps) with in instead
+	// of copying them, and is only read: marshalled by each call, which
+	// ends before Allocate returns.
 	return out
 }
 
