@@ -163,7 +163,7 @@ func setupBench(b *testing.B) *benchEnv {
 		if err != nil {
 			b.Fatal(err)
 		}
-		echo := grpc.NewServer(grpc.Creds(tlsSrv.GRPCCredentials()), grpc.MaxConcurrentStreams(allocator.DefaultMaxConcurrentStreams), grpc.SharedWriteBuffer(true))
+		echo := grpc.NewServer(grpc.Creds(tlsSrv.GRPCCredentials()), grpc.MaxConcurrentStreams(allocator.DefaultMaxConcurrentStreams))
 		allocation.RegisterAllocationServiceServer(echo, &echoServer{resp: resp})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -34,7 +34,6 @@ import (
 // pki is a test's certificates: a CA, a server certificate for loopback,
 // and client certificates on demand, written where mtls.Server reads them.
 type pki struct {
-	t        *testing.T
 	ca       *certs.Authority
 	certDir  string
 	clientCA string

@@ -146,7 +146,7 @@ func (s *splitter) route(raw net.Conn) {
 		s.wg.Done()
 	}()
 	_ = raw.SetDeadline(time.Now().Add(routeTimeout))
-	var conn net.Conn = raw
+	var conn = raw
 	var state *tls.ConnectionState
 	if s.tls != nil {
 		tc := tls.Server(raw, s.tls)

@@ -90,7 +90,7 @@ func startCmux(b *testing.B, env *benchEnv) string {
 	grpcL := m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldPrefixSendSettings("content-type", "application/grpc"))
 	restL := m.Match(cmux.Any())
 	gs := grpc.NewServer(grpc.Creds(mtls.HandshakenCredentials()), grpc.MaxRecvMsgSize(allocator.DefaultMaxRequestBytes),
-		grpc.MaxConcurrentStreams(allocator.DefaultMaxConcurrentStreams), grpc.SharedWriteBuffer(true))
+		grpc.MaxConcurrentStreams(allocator.DefaultMaxConcurrentStreams))
 	allocator.RegisterGRPC(gs, svc, tlsSrv)
 	hs := &http.Server{Handler: allocator.NewRESTHandler(svc, tlsSrv, 0, nil), ReadHeaderTimeout: 10 * time.Second}
 	go gs.Serve(cmuxListener{grpcL})

@@ -276,7 +276,7 @@ func ParseArrivalShare(spec string, duration time.Duration, seed uint64, share f
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("%q: want RATE, constant:RATE, poisson:RATE, ramp:FROM:TO or steps:RATE@DURATION,...", spec)
+	return nil, fmt.Errorf("%q: want RATE, constant:RATE, poisson:RATE, ramp:FROM:TO or steps:RATE@DURATION[,RATE@DURATION]", spec)
 }
 
 // Length is how long a schedule runs by itself: the sum of the steps, or 0

@@ -27,7 +27,7 @@ func gateAll(t *testing.T, max float64, extra string) *Thresholds {
 	return th
 }
 
-func ftoa(f float64) string { return strings.TrimSpace(strings.Replace(num(f), " ", "", -1)) }
+func ftoa(f float64) string { return strings.TrimSpace(strings.ReplaceAll(num(f), " ", "")) }
 
 func onlyRow(t *testing.T, c *Comparison, name string) Row {
 	t.Helper()

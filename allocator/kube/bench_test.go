@@ -322,8 +322,6 @@ func fmtRatios(xs []float64) string {
 	return "(" + strings.Join(parts, " ") + ")"
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // rawAllocate is the allocation's write without the allocator: Ready to
 // Allocated with the last-allocated annotation, on the resourceVersion read.
 func rawAllocate(ctx context.Context, gss dynamic.ResourceInterface, u *unstructured.Unstructured) error {

@@ -291,7 +291,7 @@ func editService(d map[string]any) error {
 		}
 		return unstructured.SetNestedField(d, "NodePort", "spec", "type")
 	}
-	return fmt.Errorf("Service %s has no port named allocator", allocatorName)
+	return fmt.Errorf("the Service %s has no port named allocator", allocatorName)
 }
 
 // replicaService is the allocator's Service narrowed to replica k: the
