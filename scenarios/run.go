@@ -116,6 +116,10 @@ func (s *Scenario) Config() (*sim.Config, error) {
 	return cfg, nil
 }
 
+// Sim is the distribution as the simulator takes it (a nil Dist is the
+// constant 0).
+func (d *Dist) Sim() sim.Dist { return d.sim() }
+
 func (d *Dist) sim() sim.Dist {
 	switch {
 	case d == nil:

@@ -325,24 +325,8 @@ func isZero(d *scenarios.Dist) bool {
 // meanOf is a distribution's mean, and whether the distribution is that
 // one value.
 func meanOf(d *scenarios.Dist) (time.Duration, bool) {
-	switch {
-	case d == nil:
-		return 0, true
-	case d.Constant != nil:
-		return d.Constant.D(), true
-	case d.Exponential != nil:
-		return d.Exponential.Mean.D(), false
-	case d.LogNormal != nil:
-		// exp(mu + sigma²/2), with sigma from the median and the p99.
-		m := float64(d.LogNormal.Median.D())
-		s := math.Log(float64(d.LogNormal.P99.D())/m) / z99
-		return time.Duration(m * math.Exp(s*s/2)), false
-	case d.Uniform != nil:
-		return (d.Uniform.Min.D() + d.Uniform.Max.D()) / 2, false
-	case d.Normal != nil:
-		return d.Normal.Mean.D(), false
-	}
-	return 0, true
+	sd := d.Sim()
+	return sd.MeanValue(), sd.Kind == "" || sd.Kind == sim.Constant
 }
 
 // linkOf turns a round-trip distribution into a link (half of it each way).
