@@ -4,9 +4,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 )
 
 // codec is the gRPC server's codec, the first and last steps of the
@@ -58,11 +57,10 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 const minPooled = 1<<10 + 1
 
 // Unmarshal decodes an allocation request into a *request: the prepared
-// request of the same bytes when there is one, else a new message read by
-// the proto library (which, unlike vtprotobuf's UnmarshalVT, refuses
-// strings that are not UTF-8, as Agones' allocator does). Everything else
-// is grpc-go's codec's. Bytes that are not an AllocationRequest are an
-// error here (gRPC answers Internal).
+// request of the same bytes when there is one, else a new message
+// (wire.DecodeRequest: vtprotobuf's generated decoder, answering as the
+// proto library does). Everything else is grpc-go's codec's. Bytes that
+// are not an AllocationRequest are an error here (gRPC answers Internal).
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	r, ok := v.(*request)
 	if !ok {
@@ -75,8 +73,8 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		r.sent, r.prep = p.sent, p
 		return nil
 	}
-	sent := new(allocation.AllocationRequest)
-	if err := proto.Unmarshal(b, sent); err != nil {
+	sent, err := wire.DecodeRequest(b)
+	if err != nil {
 		return err
 	}
 	r.sent, r.prep = sent, c.requests.put(b, sent)

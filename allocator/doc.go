@@ -6,11 +6,13 @@
 //
 // The pieces:
 //
-//   - Service: one request path for both protocols: decode, identity limits
-//     (namespaces, allocations held, request rate), core.Normalize, the
-//     backend, the response; errors as the gRPC codes (and HTTP statuses) of
-//     Agones' table, with messages that say what was wrong; metrics and one
-//     log line per failed allocation.
+//   - Service: one request pipeline for both protocols, read top to bottom
+//     in pipeline.go: decode, identify, normalize once (core.Normalize),
+//     identity limits (namespaces, allocations held, request rate), the
+//     backend or the multi-cluster forwarder, and one answer, an
+//     AllocationResponse written by the generated encoders; errors as the
+//     gRPC codes (and HTTP statuses) of Agones' table, with messages that
+//     say what was wrong; metrics and one log line per failed allocation.
 //   - Backend: where game servers live. The memory package is the embedded
 //     one; a Kubernetes backend fits the same interface through CommitLoop
 //     (informer-fed index, Update with resourceVersion, retry on conflict).

@@ -80,16 +80,18 @@ func (s *Service) allocate(ctx context.Context, identity string, r request) outc
 		o.err = contextStatus(err)
 		return o
 	}
+	if s.multi != nil {
+		// A call that already passed through this allocator (a
+		// forwarding loop) is refused, whatever it asks for.
+		if o.err = s.multi.Crossed(ctx); o.err != nil {
+			return o
+		}
+	}
 	limits := s.limits.Load()
 	req, err := s.normalize(identity, o.ns, r, limits)
 	if err != nil {
 		o.err = err
 		return o
-	}
-	if s.multi != nil {
-		if o.err = s.multi.Crossed(ctx); o.err != nil {
-			return o
-		}
 	}
 	if req.MultiCluster.Enabled {
 		return s.forward(ctx, identity, r, req, limits, o)

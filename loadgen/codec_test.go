@@ -158,7 +158,11 @@ func TestUniqueAnnotation(t *testing.T) {
 			if !proto.Equal(&back, want) {
 				t.Fatalf("n=%d: decodes to %v, want %v", n, &back, want)
 			}
-			core, err := wire.DecodeRequestInto(got.b, nil)
+			sent, err := wire.DecodeRequest(got.b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			core, err := wire.RequestToCore(sent)
 			if err != nil {
 				t.Fatal(err)
 			}
