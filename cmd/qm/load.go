@@ -295,74 +295,133 @@ func (p *loadPlan) describe() string {
 	return how + " -> " + strings.Join(names, ", ")
 }
 
-// planLoad validates the flags, naming the one at fault.
+// planLoad validates the flags, naming the one at fault, and turns them
+// into the run's configuration: the checks of plain values, the targets,
+// the request and its source, the schedule, then the Config and Options.
 func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error) {
+	if err := checkLoadFlags(c, f, set); err != nil {
+		return nil, err
+	}
+	share, shard, err := loadShard(f)
+	if err != nil {
+		return nil, err
+	}
 	p := &loadPlan{}
+	if p.startAt, err = loadStartAt(f.startAt); err != nil {
+		return nil, err
+	}
+	if p.thresholds, err = loadgen.ParseThresholds(f.expect); err != nil {
+		return nil, fmt.Errorf("--expect: %v", err)
+	}
+	tcs, ref, err := loadTargets(c, f)
+	if err != nil {
+		return nil, err
+	}
+	w, err := loadRequest(f, set, share)
+	if err != nil {
+		return nil, err
+	}
+	p.req = w.req
+	// The namespace goes out as given, never empty: Quartermaster reads an
+	// empty one as "default", Agones does not (ResourceExhausted).
+	if set["namespace"] || p.req.Namespace == "" {
+		p.req.Namespace = f.namespace
+	}
+	if k := f.uniqueAnnotation; k != "" {
+		if err := checkUniqueAnnotation(k, tcs); err != nil {
+			return nil, err
+		}
+		w.source += ", unique annotation " + k
+	}
+	if f.stream != "" && f.scenario == "" {
+		return nil, errors.New("--stream needs --scenario")
+	}
+	if err := checkLoadTrace(f, tcs); err != nil {
+		return nil, err
+	}
+	mode, err := loadSchedule(f, w, share)
+	if err != nil {
+		return nil, err
+	}
+	p.cfg, p.opt = loadConfig(c, f, mode, w, tcs, ref, shard)
+	return p, nil
+}
+
+// checkLoadFlags checks the flags that stand on their own.
+func checkLoadFlags(c *connFlags, f *loadFlags, set map[string]bool) error {
 	if f.workers < 0 {
-		return nil, fmt.Errorf("--workers %d: want a positive number", f.workers)
+		return fmt.Errorf("--workers %d: want a positive number", f.workers)
 	}
 	if set["workers"] && f.workers == 0 {
-		return nil, errors.New("--workers 0: want a positive number")
+		return errors.New("--workers 0: want a positive number")
 	}
 	if f.workers > 0 && set["rate"] {
-		return nil, errors.New("--rate (open loop) and --workers (closed loop) exclude each other")
+		return errors.New("--rate (open loop) and --workers (closed loop) exclude each other")
 	}
 	if f.duration < 0 || f.warmup < 0 || f.session < 0 || f.spin < 0 || f.precise < 0 {
-		return nil, errors.New("--duration, --warmup, --session, --spin and --precise must not be negative")
+		return errors.New("--duration, --warmup, --session, --spin and --precise must not be negative")
 	}
 	if f.window <= 0 {
-		return nil, fmt.Errorf("--window %v: want a positive duration", f.window)
+		return fmt.Errorf("--window %v: want a positive duration", f.window)
 	}
 	if f.requests < 0 {
-		return nil, fmt.Errorf("--requests %d: want a positive number", f.requests)
+		return fmt.Errorf("--requests %d: want a positive number", f.requests)
 	}
 	if f.maxInFlight < 1 {
-		return nil, fmt.Errorf("--max-in-flight %d: want at least 1", f.maxInFlight)
+		return fmt.Errorf("--max-in-flight %d: want at least 1", f.maxInFlight)
 	}
 	if f.connections < 1 || f.connections > 1000 {
-		return nil, fmt.Errorf("--connections %d: want 1 to 1000", f.connections)
+		return fmt.Errorf("--connections %d: want 1 to 1000", f.connections)
 	}
 	if c.timeout <= 0 {
-		return nil, fmt.Errorf("--timeout %v: want a positive duration", c.timeout)
+		return fmt.Errorf("--timeout %v: want a positive duration", c.timeout)
 	}
 	switch f.progress {
 	case "auto", "always", "never":
 	default:
-		return nil, fmt.Errorf("--progress %q: want auto, always or never", f.progress)
+		return fmt.Errorf("--progress %q: want auto, always or never", f.progress)
 	}
-	share := 1.0
-	var shard *loadgen.Shard
-	if f.shard != "" {
-		i, n, ok := strings.Cut(f.shard, "/")
-		iv, err1 := strconv.Atoi(i)
-		nv, err2 := strconv.Atoi(n)
-		if !ok || err1 != nil || err2 != nil || nv < 1 || iv < 0 || iv >= nv {
-			return nil, fmt.Errorf("--shard %q: want I/N with 0 <= I < N, like 0/4", f.shard)
-		}
-		if f.workers > 0 {
-			return nil, errors.New("--shard splits an open-loop rate; with --workers give each generator its own worker count")
-		}
-		share, shard = 1/float64(nv), &loadgen.Shard{Index: iv, Count: nv}
-		f.seed += uint64(iv) * 0x9e3779b9 // each shard its own arrivals
-	}
-	if f.startAt != "" {
-		at, err := time.Parse(time.RFC3339, f.startAt)
-		if err != nil {
-			return nil, fmt.Errorf("--start-at %q: want a time like 2026-11-22T20:00:00Z", f.startAt)
-		}
-		// A day ahead is a typo in the date far more often than a plan.
-		if time.Until(at) > 24*time.Hour {
-			return nil, fmt.Errorf("--start-at %s: more than a day from now", f.startAt)
-		}
-		p.startAt = at
-	}
-	ths, err := loadgen.ParseThresholds(f.expect)
-	if err != nil {
-		return nil, fmt.Errorf("--expect: %v", err)
-	}
-	p.thresholds = ths
+	return nil
+}
 
-	// Targets.
+// loadShard reads --shard: this generator's share of the rate, and its own
+// seed so that the shards' arrivals differ.
+func loadShard(f *loadFlags) (share float64, shard *loadgen.Shard, err error) {
+	if f.shard == "" {
+		return 1, nil, nil
+	}
+	i, n, ok := strings.Cut(f.shard, "/")
+	iv, err1 := strconv.Atoi(i)
+	nv, err2 := strconv.Atoi(n)
+	if !ok || err1 != nil || err2 != nil || nv < 1 || iv < 0 || iv >= nv {
+		return 0, nil, fmt.Errorf("--shard %q: want I/N with 0 <= I < N, like 0/4", f.shard)
+	}
+	if f.workers > 0 {
+		return 0, nil, errors.New("--shard splits an open-loop rate; with --workers give each generator its own worker count")
+	}
+	f.seed += uint64(iv) * 0x9e3779b9 // each shard its own arrivals
+	return 1 / float64(nv), &loadgen.Shard{Index: iv, Count: nv}, nil
+}
+
+// loadStartAt reads --start-at (zero when not given).
+func loadStartAt(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	at, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--start-at %q: want a time like 2026-11-22T20:00:00Z", v)
+	}
+	// A day ahead is a typo in the date far more often than a plan.
+	if time.Until(at) > 24*time.Hour {
+		return time.Time{}, fmt.Errorf("--start-at %s: more than a day from now", v)
+	}
+	return at, nil
+}
+
+// loadTargets reads --target (default --addr), --echo and --reference:
+// the targets and the index of the one ratios divide by.
+func loadTargets(c *connFlags, f *loadFlags) ([]loadgen.TargetConfig, int, error) {
 	proto := "grpc"
 	if c.rest {
 		proto = "rest"
@@ -376,10 +435,10 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 	for _, s := range specs {
 		tc, err := loadgen.ParseTarget(s, proto)
 		if err != nil {
-			return nil, fmt.Errorf("--target: %v", err)
+			return nil, 0, fmt.Errorf("--target: %v", err)
 		}
 		if seen[tc.Name] {
-			return nil, fmt.Errorf("--target: two targets are named %q", tc.Name)
+			return nil, 0, fmt.Errorf("--target: two targets are named %q", tc.Name)
 		}
 		seen[tc.Name] = true
 		tcs = append(tcs, tc)
@@ -390,44 +449,49 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 			if tcs[i].Name == e {
 				tcs[i].Call, found = "echo", true
 				if tcs[i].Protocol != "grpc" {
-					return nil, fmt.Errorf("--echo %s: the echo is the gRPC health check; the target is REST", e)
+					return nil, 0, fmt.Errorf("--echo %s: the echo is the gRPC health check; the target is REST", e)
 				}
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("--echo %q: no --target has that name", e)
+			return nil, 0, fmt.Errorf("--echo %q: no --target has that name", e)
 		}
 	}
-	ref := -1
 	if f.reference != "" {
 		for i, t := range tcs {
 			if t.Name == f.reference {
-				ref = i
+				return tcs, i, nil
 			}
 		}
-		if ref < 0 {
-			return nil, fmt.Errorf("--reference %q: no --target has that name", f.reference)
-		}
-	} else {
-		for i := len(tcs) - 1; i >= 0; i-- {
-			if tcs[i].Call == "echo" {
-				ref = i
-			}
-		}
-		if ref < 0 {
-			ref = 0
+		return nil, 0, fmt.Errorf("--reference %q: no --target has that name", f.reference)
+	}
+	for i, t := range tcs {
+		if t.Call == "echo" {
+			return tcs, i, nil // the first echo target
 		}
 	}
+	return tcs, 0, nil
+}
 
-	// The request and the schedule.
+// loadWork is what the run sends: the request, where it came from, and,
+// for a scenario, the arrival schedule and session lengths.
+type loadWork struct {
+	req           *allocation.AllocationRequest
+	source        string // Config.Request
+	arrival       string // Config.Arrival; set with newPacer
+	newPacer      func() loadgen.Pacer
+	sessionLength func() time.Duration
+}
+
+// loadRequest reads the request from --scenario, --request or the request
+// flags (one of them), and the session length from --session or the
+// scenario.
+func loadRequest(f *loadFlags, set map[string]bool, share float64) (*loadWork, error) {
 	requestFlags := len(f.sels.list)+len(f.labels)+len(f.annotations)+len(f.counters)+len(f.listAdd)+len(f.listDel) > 0 || set["scheduling"]
-	source := "flags"
-	var newPacer func() loadgen.Pacer
-	arrival := ""
-	var sessionLength func() time.Duration
+	w := &loadWork{source: "flags"}
 	if f.session > 0 {
 		d := f.session
-		sessionLength = func() time.Duration { return d }
+		w.sessionLength = func() time.Duration { return d }
 	}
 	switch {
 	case f.scenario != "":
@@ -441,19 +505,19 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		if err != nil {
 			return nil, fmt.Errorf("--scenario: %v", err)
 		}
-		w, err := live.WorkloadOf(sc, f.stream, f.seed, share)
+		sw, err := live.WorkloadOf(sc, f.stream, f.seed, share)
 		if err != nil {
 			return nil, fmt.Errorf("--scenario %s: %v", f.scenario, err)
 		}
-		p.req, newPacer = w.Request, w.NewPacer
+		w.req, w.newPacer = sw.Request, sw.NewPacer
 		if !set["session"] {
-			sessionLength = w.SessionLength
+			w.sessionLength = sw.SessionLength
 		}
 		if f.duration == 0 && f.requests == 0 {
-			f.duration = w.Duration
+			f.duration = sw.Duration
 		}
-		arrival = "scenario:" + sc.Metadata.Name + "/" + w.Stream
-		source = "scenario:" + f.scenario + "#" + w.Stream
+		w.arrival = "scenario:" + sc.Metadata.Name + "/" + sw.Stream
+		w.source = "scenario:" + f.scenario + "#" + sw.Stream
 	case f.requestFile != "":
 		if requestFlags {
 			return nil, errors.New("--request cannot be combined with the request flags (only --namespace may override it)")
@@ -468,81 +532,85 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		if err != nil {
 			return nil, fmt.Errorf("--request: %v", err)
 		}
-		if p.req, err = wire.DecodeJSONRequest(b); err != nil {
+		if w.req, err = wire.DecodeJSONRequest(b); err != nil {
 			return nil, fmt.Errorf("--request %s: %v", f.requestFile, err)
 		}
-		source = "file:" + f.requestFile
+		w.source = "file:" + f.requestFile
 	default:
 		var err error
-		p.req, err = buildRequest(f.namespace, f.sels.list, f.scheduling, f.labels, f.annotations, f.counters, f.listAdd, f.listDel)
+		w.req, err = buildRequest(f.namespace, f.sels.list, f.scheduling, f.labels, f.annotations, f.counters, f.listAdd, f.listDel)
 		if err != nil {
 			return nil, err
 		}
 	}
-	// The namespace goes out as given, never empty: Quartermaster reads an
-	// empty one as "default", Agones does not (ResourceExhausted).
-	if set["namespace"] || p.req.Namespace == "" {
-		p.req.Namespace = f.namespace
-	}
-	if k := f.uniqueAnnotation; k != "" {
-		if _, err := core.Normalize(&core.Request{Metadata: core.MetaPatch{Annotations: map[string]string{k: "1"}}}); err != nil {
-			return nil, fmt.Errorf("--unique-annotation %q: %v", k, err)
-		}
-		for _, tc := range tcs {
-			if tc.Protocol != "grpc" && tc.Call != "echo" {
-				return nil, fmt.Errorf("--unique-annotation: target %s is %s; it is for gRPC targets only", tc.Name, tc.Protocol)
-			}
-		}
-		source += ", unique annotation " + k
-	}
-	if f.stream != "" && f.scenario == "" {
-		return nil, errors.New("--stream needs --scenario")
-	}
-	if err := checkLoadTrace(f, tcs); err != nil {
-		return nil, err
-	}
+	return w, nil
+}
 
-	mode := "open"
+// checkUniqueAnnotation checks --unique-annotation's key, which gRPC
+// targets alone can vary per request.
+func checkUniqueAnnotation(k string, tcs []loadgen.TargetConfig) error {
+	if _, err := core.Normalize(&core.Request{Metadata: core.MetaPatch{Annotations: map[string]string{k: "1"}}}); err != nil {
+		return fmt.Errorf("--unique-annotation %q: %v", k, err)
+	}
+	for _, tc := range tcs {
+		if tc.Protocol != "grpc" && tc.Call != "echo" {
+			return fmt.Errorf("--unique-annotation: target %s is %s; it is for gRPC targets only", tc.Name, tc.Protocol)
+		}
+	}
+	return nil
+}
+
+// loadSchedule settles the loop and, in open loop without a scenario, the
+// arrivals from --rate; it fills in the duration a schedule or the default
+// gives. It returns "open" or "closed".
+func loadSchedule(f *loadFlags, w *loadWork, share float64) (string, error) {
 	if f.workers > 0 {
-		mode = "closed"
-	} else if newPacer == nil {
-		spec := f.rate
-		if spec == "" {
-			spec = "100"
-		}
-		// Parse once to check the spec (a ramp spans the duration, which
-		// may itself come from a steps schedule's length or the default).
-		span := f.duration
-		if span == 0 {
-			span = 10 * time.Second
-		}
-		pc, err := loadgen.ParseArrivalShare(spec, span, f.seed, share)
-		if err != nil {
-			return nil, fmt.Errorf("--rate: %v", err)
-		}
-		if l := loadgen.Length(pc); l > 0 && f.duration == 0 {
-			f.duration = l
-		}
 		if f.duration == 0 && f.requests == 0 {
 			f.duration = 10 * time.Second
 		}
-		arrival = spec
-		seed, dur := f.seed, f.duration
-		if dur == 0 {
-			dur = span
-		}
-		newPacer = func() loadgen.Pacer {
-			p, _ := loadgen.ParseArrivalShare(spec, dur, seed, share) // checked above
-			return p
-		}
+		return "closed", nil
 	}
-	if mode == "closed" && f.duration == 0 && f.requests == 0 {
+	if w.newPacer != nil {
+		return "open", nil
+	}
+	spec := f.rate
+	if spec == "" {
+		spec = "100"
+	}
+	// Parse once to check the spec (a ramp spans the duration, which may
+	// itself come from a steps schedule's length or the default).
+	span := f.duration
+	if span == 0 {
+		span = 10 * time.Second
+	}
+	pc, err := loadgen.ParseArrivalShare(spec, span, f.seed, share)
+	if err != nil {
+		return "", fmt.Errorf("--rate: %v", err)
+	}
+	if l := loadgen.Length(pc); l > 0 && f.duration == 0 {
+		f.duration = l
+	}
+	if f.duration == 0 && f.requests == 0 {
 		f.duration = 10 * time.Second
 	}
+	seed, dur := f.seed, f.duration
+	if dur == 0 {
+		dur = span
+	}
+	w.arrival = spec
+	w.newPacer = func() loadgen.Pacer {
+		p, _ := loadgen.ParseArrivalShare(spec, dur, seed, share) // checked above
+		return p
+	}
+	return "open", nil
+}
 
-	p.cfg = loadgen.Config{
+// loadConfig is the run as the result records it and as loadgen.Run takes
+// it.
+func loadConfig(c *connFlags, f *loadFlags, mode string, w *loadWork, tcs []loadgen.TargetConfig, ref int, shard *loadgen.Shard) (loadgen.Config, loadgen.Options) {
+	cfg := loadgen.Config{
 		Mode:            mode,
-		Arrival:         arrival,
+		Arrival:         w.arrival,
 		Seed:            f.seed,
 		Workers:         f.workers,
 		Connections:     f.connections,
@@ -550,22 +618,22 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		Requests:        f.requests,
 		WarmupSeconds:   f.warmup.Seconds(),
 		TimeoutSeconds:  c.timeout.Seconds(),
-		Request:         source,
+		Request:         w.source,
 		Release:         f.release,
 		Reference:       tcs[ref].Name,
 		Shard:           shard,
 		Targets:         tcs,
 	}
 	if mode == "open" {
-		p.cfg.MaxInFlight = f.maxInFlight
+		cfg.MaxInFlight = f.maxInFlight
 	}
 	if len(tcs) > 1 {
-		p.cfg.WindowSeconds = f.window.Seconds()
+		cfg.WindowSeconds = f.window.Seconds()
 	}
-	p.opt = loadgen.Options{
+	opt := loadgen.Options{
 		Closed:        mode == "closed",
 		Workers:       f.workers,
-		NewPacer:      newPacer,
+		NewPacer:      w.newPacer,
 		MaxInFlight:   f.maxInFlight,
 		Duration:      f.duration,
 		Requests:      f.requests,
@@ -573,15 +641,15 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 		Window:        f.window,
 		Timeout:       c.timeout,
 		Release:       f.release,
-		SessionLength: sessionLength,
+		SessionLength: w.sessionLength,
 		Reference:     ref,
 		Spin:          f.spin,
 		Precise:       f.precise,
 	}
 	if f.precise == 0 {
-		p.opt.Precise = -1 // timers only
+		opt.Precise = -1 // timers only
 	}
-	return p, nil
+	return cfg, opt
 }
 
 func writeResultFile(path string, res *loadgen.Result) error {
