@@ -287,11 +287,27 @@ func sortedNames[V any](m map[string]V) []string {
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // Validate checks a defaulted scenario; the error lists every problem with
-// its field path.
+// its field path, section by section.
 func (s *Scenario) Validate() error {
 	c := &checker{}
 	sp := &s.Spec
 	c.name("metadata.name", s.Metadata.Name)
+	c.timing(sp)
+	c.listSizes(sp)
+	clusters := c.clusters(sp.Clusters)
+	c.policies(sp, clusters)
+	c.workload(sp, clusters)
+	c.faults(sp.Faults, clusters)
+	c.phases(sp.Phases)
+	c.expectations(s)
+	if len(c.errs) == 0 {
+		return nil
+	}
+	return &ValidationError{Errors: c.errs}
+}
+
+// timing checks the duration, the sample interval and the routing's times.
+func (c *checker) timing(sp *Spec) {
 	if sp.Duration <= 0 {
 		c.add("spec.duration", "must be positive")
 	} else if sp.Duration.D() > 400*24*time.Hour {
@@ -310,10 +326,12 @@ func (s *Scenario) Validate() error {
 	if sp.Routing.Deadline < 0 {
 		c.add("spec.routing.deadline", "must not be negative")
 	}
+}
 
-	// Bounds on list sizes keep a hostile or mistaken file from turning
-	// into a run that never ends: every list here is walked per event or
-	// per request somewhere.
+// listSizes bounds the lists: they keep a hostile or mistaken file from
+// turning into a run that never ends, since every list here is walked per
+// event or per request somewhere.
+func (c *checker) listSizes(sp *Spec) {
 	for _, l := range []struct {
 		path   string
 		n, max int
@@ -328,105 +346,29 @@ func (s *Scenario) Validate() error {
 			c.add(l.path, "at most %d entries", l.max)
 		}
 	}
-	clusters := map[string]bool{}
-	if len(sp.Clusters) == 0 {
+}
+
+// clusters checks every cluster and the totals over them, and returns the
+// clusters' names.
+func (c *checker) clusters(cls []Cluster) map[string]bool {
+	names := map[string]bool{}
+	if len(cls) == 0 {
 		c.add("spec.clusters", "at least one cluster is needed")
 	}
-	if len(sp.Clusters) > 64 {
+	if len(cls) > 64 {
 		c.add("spec.clusters", "at most 64 clusters")
 	}
 	totalSlots, cached := 0, 0
-	for i, cl := range sp.Clusters {
+	for i, cl := range cls {
 		p := fmt.Sprintf("spec.clusters[%d]", i)
 		c.name(p+".name", cl.Name)
-		if clusters[cl.Name] {
+		if names[cl.Name] {
 			c.add(p+".name", "%q is used by another cluster", cl.Name)
 		}
-		clusters[cl.Name] = true
-		c.name(p+".provider", cl.Provider)
-		if cl.CostPerNodeHour < 0 || !finite(cl.CostPerNodeHour) {
-			c.add(p+".costPerNodeHour", "must be a number >= 0")
-		}
-		c.dist(p+".rtt", cl.RTT)
-		if cl.Nodes.Count <= 0 {
-			c.add(p+".nodes.count", "must be positive")
-		}
-		if cl.Nodes.Slots <= 0 || cl.Nodes.Slots > 1000 {
-			c.add(p+".nodes.slots", "must be 1 to 1000")
-		}
-		slots := cl.Nodes.Count * cl.Nodes.Slots
-		if cl.Nodes.Count > 1_000_000 || slots > 10_000_000 {
-			c.add(p+".nodes", "at most 10 million slots per cluster")
-		}
+		names[cl.Name] = true
+		slots, servers := c.cluster(p, cl)
 		totalSlots += max(slots, 0)
-		c.dist(p+".apiServer.writeLatency", cl.APIServer.WriteLatency)
-		a := cl.Allocator
-		if r := *a.Replicas; r < 1 || r > 64 {
-			c.add(p+".allocator.replicas", "must be 1 to 64")
-		}
-		c.dist(p+".allocator.informerDelay", a.InformerDelay)
-		c.dist(p+".allocator.decisionTime", a.DecisionTime)
-		if a.Workers < 0 {
-			c.add(p+".allocator.workers", "must not be negative (0 means no bound)")
-		}
-		if *a.MaxRetries < 0 || *a.MaxRetries > 1000 {
-			c.add(p+".allocator.maxRetries", "must be 0 to 1000")
-		}
-		if a.PackedSpread < 0 || a.PackedSpread > 1024 {
-			c.add(p+".allocator.packedSpread", "must be 0 to 1024 (0: the default)")
-		}
-		if a.ReplicaShards && *a.Replicas < 2 {
-			c.add(p+".allocator.replicaShards", "needs at least 2 replicas")
-		}
-		fleets := map[string]bool{}
-		want := 0
-		for j, f := range cl.Fleets {
-			fp := fmt.Sprintf("%s.fleets[%d]", p, j)
-			c.name(fp+".name", f.Name)
-			if fleets[f.Name] {
-				c.add(fp+".name", "%q is used by another fleet of this cluster", f.Name)
-			}
-			fleets[f.Name] = true
-			if f.Replicas < 0 {
-				c.add(fp+".replicas", "must not be negative")
-			}
-			want += max(f.Replicas, 0)
-			if f.Scheduling != "Packed" && f.Scheduling != "Distributed" {
-				c.add(fp+".scheduling", "must be Packed or Distributed, not %q", f.Scheduling)
-			}
-			if f.SessionEnd != "Shutdown" && f.SessionEnd != "Ready" {
-				c.add(fp+".sessionEnd", "must be Shutdown or Ready, not %q", f.SessionEnd)
-			}
-			c.dist(fp+".startupDelay", f.StartupDelay)
-			checkCapacities(c, fp+".counters", f.Counters, math.MaxInt64)
-			checkCapacities(c, fp+".lists", f.Lists, 1000)
-			for k, v := range f.Labels {
-				if k == "" || len(k) > 316 || len(v) > 63 {
-					c.add(fp+".labels", "label %q=%q is not a valid Kubernetes label", k, v)
-				}
-			}
-			if b := f.Buffer; b != nil {
-				if b.Size < 0 {
-					c.add(fp+".buffer.size", "must not be negative")
-				}
-				if b.Min < 0 {
-					c.add(fp+".buffer.min", "must not be negative")
-				}
-				if b.Max <= 0 || b.Max < b.Min {
-					c.add(fp+".buffer.max", "must be positive and at least min")
-				}
-				if b.SyncInterval < Duration(time.Second) {
-					c.add(fp+".buffer.syncInterval", "must be at least 1s")
-				}
-			}
-		}
-		if len(cl.Fleets) > 100 {
-			c.add(p+".fleets", "at most 100 fleets per cluster")
-		}
-		cached += want * max(*a.Replicas, 1)
-		if slots > 0 && want > slots {
-			c.add(p+".fleets", "%d replicas do not fit on %d nodes of %d slots", want, cl.Nodes.Count, cl.Nodes.Slots)
-		}
+		cached += servers * max(*cl.Allocator.Replicas, 1)
 	}
 	if totalSlots > 20_000_000 {
 		c.add("spec.clusters", "at most 20 million slots in all")
@@ -434,16 +376,116 @@ func (s *Scenario) Validate() error {
 	if cached > 20_000_000 {
 		c.add("spec.clusters", "fleet replicas times allocator replicas come to %d cached servers; the limit is 20 million", cached)
 	}
+	return names
+}
 
-	policies := map[string]bool{}
+// cluster checks one cluster (at path p) but its name, and returns its
+// slots and its fleets' servers.
+func (c *checker) cluster(p string, cl Cluster) (slots, servers int) {
+	c.name(p+".provider", cl.Provider)
+	if cl.CostPerNodeHour < 0 || !finite(cl.CostPerNodeHour) {
+		c.add(p+".costPerNodeHour", "must be a number >= 0")
+	}
+	c.dist(p+".rtt", cl.RTT)
+	if cl.Nodes.Count <= 0 {
+		c.add(p+".nodes.count", "must be positive")
+	}
+	if cl.Nodes.Slots <= 0 || cl.Nodes.Slots > 1000 {
+		c.add(p+".nodes.slots", "must be 1 to 1000")
+	}
+	slots = cl.Nodes.Count * cl.Nodes.Slots
+	if cl.Nodes.Count > 1_000_000 || slots > 10_000_000 {
+		c.add(p+".nodes", "at most 10 million slots per cluster")
+	}
+	c.dist(p+".apiServer.writeLatency", cl.APIServer.WriteLatency)
+	c.allocator(p+".allocator", cl.Allocator)
+	fleets := map[string]bool{}
+	for j, f := range cl.Fleets {
+		fp := fmt.Sprintf("%s.fleets[%d]", p, j)
+		c.name(fp+".name", f.Name)
+		if fleets[f.Name] {
+			c.add(fp+".name", "%q is used by another fleet of this cluster", f.Name)
+		}
+		fleets[f.Name] = true
+		c.fleet(fp, f)
+		servers += max(f.Replicas, 0)
+	}
+	if len(cl.Fleets) > 100 {
+		c.add(p+".fleets", "at most 100 fleets per cluster")
+	}
+	if slots > 0 && servers > slots {
+		c.add(p+".fleets", "%d replicas do not fit on %d nodes of %d slots", servers, cl.Nodes.Count, cl.Nodes.Slots)
+	}
+	return slots, servers
+}
+
+// allocator checks a cluster's allocator (at path p).
+func (c *checker) allocator(p string, a Allocator) {
+	if r := *a.Replicas; r < 1 || r > 64 {
+		c.add(p+".replicas", "must be 1 to 64")
+	}
+	c.dist(p+".informerDelay", a.InformerDelay)
+	c.dist(p+".decisionTime", a.DecisionTime)
+	if a.Workers < 0 {
+		c.add(p+".workers", "must not be negative (0 means no bound)")
+	}
+	if *a.MaxRetries < 0 || *a.MaxRetries > 1000 {
+		c.add(p+".maxRetries", "must be 0 to 1000")
+	}
+	if a.PackedSpread < 0 || a.PackedSpread > 1024 {
+		c.add(p+".packedSpread", "must be 0 to 1024 (0: the default)")
+	}
+	if a.ReplicaShards && *a.Replicas < 2 {
+		c.add(p+".replicaShards", "needs at least 2 replicas")
+	}
+}
+
+// fleet checks one fleet (at path fp) but its name.
+func (c *checker) fleet(fp string, f Fleet) {
+	if f.Replicas < 0 {
+		c.add(fp+".replicas", "must not be negative")
+	}
+	if f.Scheduling != "Packed" && f.Scheduling != "Distributed" {
+		c.add(fp+".scheduling", "must be Packed or Distributed, not %q", f.Scheduling)
+	}
+	if f.SessionEnd != "Shutdown" && f.SessionEnd != "Ready" {
+		c.add(fp+".sessionEnd", "must be Shutdown or Ready, not %q", f.SessionEnd)
+	}
+	c.dist(fp+".startupDelay", f.StartupDelay)
+	checkCapacities(c, fp+".counters", f.Counters, math.MaxInt64)
+	checkCapacities(c, fp+".lists", f.Lists, 1000)
+	for k, v := range f.Labels {
+		if k == "" || len(k) > 316 || len(v) > 63 {
+			c.add(fp+".labels", "label %q=%q is not a valid Kubernetes label", k, v)
+		}
+	}
+	if b := f.Buffer; b != nil {
+		if b.Size < 0 {
+			c.add(fp+".buffer.size", "must not be negative")
+		}
+		if b.Min < 0 {
+			c.add(fp+".buffer.min", "must not be negative")
+		}
+		if b.Max <= 0 || b.Max < b.Min {
+			c.add(fp+".buffer.max", "must be positive and at least min")
+		}
+		if b.SyncInterval < Duration(time.Second) {
+			c.add(fp+".buffer.syncInterval", "must be at least 1s")
+		}
+	}
+}
+
+// policies checks the policies against the clusters.
+func (c *checker) policies(sp *Spec, clusters map[string]bool) {
+	names := map[string]bool{}
 	recurrences := 0
 	for i, pol := range sp.Policies {
 		p := fmt.Sprintf("spec.policies[%d]", i)
 		c.name(p+".name", pol.Name)
-		if policies[pol.Name] {
+		if names[pol.Name] {
 			c.add(p+".name", "%q is used by another policy", pol.Name)
 		}
-		policies[pol.Name] = true
+		names[pol.Name] = true
 		if pol.Priority < 0 {
 			c.add(p+".priority", "must not be negative")
 		}
@@ -464,7 +506,10 @@ func (s *Scenario) Validate() error {
 	if recurrences > 200 {
 		c.add("spec.policies", "at most 200 window recurrences in all, got %d", recurrences)
 	}
+}
 
+// workload checks the streams against the clusters and policies.
+func (c *checker) workload(sp *Spec, clusters map[string]bool) {
 	if len(sp.Workload) == 0 {
 		c.add("spec.workload", "at least one stream is needed")
 	}
@@ -497,8 +542,11 @@ func (s *Scenario) Validate() error {
 		}
 		c.create(p, sp, &w)
 	}
+}
 
-	for i, f := range sp.Faults {
+// faults checks the outages against the clusters.
+func (c *checker) faults(faults []Fault, clusters map[string]bool) {
+	for i, f := range faults {
 		p := fmt.Sprintf("spec.faults[%d]", i)
 		if f.Type != "outage" {
 			c.add(p+".type", "must be outage, not %q", f.Type)
@@ -513,14 +561,18 @@ func (s *Scenario) Validate() error {
 			c.add(p+".end", "must be after start")
 		}
 	}
-	phases := map[string]bool{}
-	for i, ph := range sp.Phases {
+}
+
+// phases checks the phases' names and spans.
+func (c *checker) phases(phases []Phase) {
+	names := map[string]bool{}
+	for i, ph := range phases {
 		p := fmt.Sprintf("spec.phases[%d]", i)
 		c.name(p+".name", ph.Name)
-		if phases[ph.Name] {
+		if names[ph.Name] {
 			c.add(p+".name", "%q is used by another phase", ph.Name)
 		}
-		phases[ph.Name] = true
+		names[ph.Name] = true
 		if ph.Start < 0 {
 			c.add(p+".start", "must not be negative")
 		}
@@ -528,7 +580,12 @@ func (s *Scenario) Validate() error {
 			c.add(p+".end", "must be after start")
 		}
 	}
-	for i, e := range sp.Expectations {
+}
+
+// expectations checks the bounds and that each metric names something
+// the scenario has.
+func (c *checker) expectations(s *Scenario) {
+	for i, e := range s.Spec.Expectations {
 		p := fmt.Sprintf("spec.expectations[%d]", i)
 		if e.Min == nil && e.Max == nil {
 			c.add(p, "set min, max or both")
@@ -547,10 +604,6 @@ func (s *Scenario) Validate() error {
 			c.add(p+".metric", "%v", err)
 		}
 	}
-	if len(c.errs) == 0 {
-		return nil
-	}
-	return &ValidationError{Errors: c.errs}
 }
 
 func (c *checker) dist(path string, d *Dist) {
