@@ -3,6 +3,7 @@ package live
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,41 +189,19 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 	return rep, err
 }
 
-// drive runs the workload and the outages against a running rig.
+// drive runs the workload and the outages against a running rig: the
+// connections up first, then the clock starts, the outages and samples
+// run beside one load generator per stream, and the report is made of
+// what they measured.
 func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Writer, tr *liveTrace) (*Report, error) {
 	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certsDir(), callerIdentity))
 	if err != nil {
 		return nil, err
 	}
-	admins := map[string]qmv1.AllocationAdminClient{}
-	var conns []*grpc.ClientConn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	dial := func(addr string) (*grpc.ClientConn, error) {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg.Clone())))
-		if err == nil {
-			conns = append(conns, c)
-		}
-		return c, err
-	}
-	for _, c := range p.Clusters {
-		// Sessions end inside their cluster, as a game server's own
-		// shutdown does: straight to the allocator, past the links, so an
-		// outage of the callers' link does not keep a server allocated.
-		conn, err := dial(r.releaseAddr(c.Name))
-		if err != nil {
-			return nil, err
-		}
-		admins[c.Name] = qmv1.NewAllocationAdminClient(conn)
-	}
-
-	// Every connection up before the clock starts, so the first requests
-	// do not pay the TLS handshakes, and a rig that cannot be reached fails
-	// here, saying which connection.
-	if err := warmUp(ctx, conns); err != nil {
+	d := &dialer{tls: tlsCfg}
+	defer d.close()
+	admins, err := adminClients(ctx, p, r, d)
+	if err != nil {
 		return nil, err
 	}
 
@@ -234,133 +213,26 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 	sources := r.sourceClusters()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	outages := scheduleOutages(p, r, start, progress)
+	defer outages.stop()
+	samplesDone := sampleSeries(runCtx, p, rec, start, progress)
 
-	// Outages: the cluster's links down from start to end.
-	var faultErr error
-	var faultMu sync.Mutex
-	var timers []*time.Timer
-	for _, o := range p.Outages {
-		for _, ev := range []struct {
-			at   time.Duration
-			down bool
-		}{{o.Start, true}, {o.End, false}} {
-			timers = append(timers, time.AfterFunc(ev.at-time.Since(start), func() {
-				if err := r.setDown(o.Cluster, ev.down); err != nil {
-					faultMu.Lock()
-					faultErr = errors.Join(faultErr, err)
-					faultMu.Unlock()
-				}
-				if progress != nil {
-					state := "up again"
-					if ev.down {
-						state = "down (outage)"
-					}
-					fmt.Fprintf(progress, "live %s: %s: links to %s %s\n", p.Scenario.Metadata.Name, time.Duration(float64(time.Since(start))*p.Scale).Round(time.Second), o.Cluster, state)
-				}
-			}))
-		}
-	}
-	defer func() {
-		for _, t := range timers {
-			t.Stop()
-		}
-	}()
-
-	// Samples for the series, every interval of wall time.
-	samplesDone := make(chan struct{})
-	go func() {
-		defer close(samplesDone)
-		tick := time.NewTicker(p.SampleInterval)
-		defer tick.Stop()
-		k := 0
-		last := time.Now()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case now := <-tick.C:
-				rec.sample(k)
-				k++
-				if progress != nil && now.Sub(last) >= 5*time.Second {
-					last = now
-					fmt.Fprintln(progress, progressLine(p, rec, now.Sub(start)))
-				}
-			}
-		}
-	}()
-
-	type streamOut struct {
-		res *loadgen.Result
-		err error
-	}
-	outs := make([]streamOut, len(p.Streams))
-	var callers []*caller
+	runs := make([]streamRun, len(p.Streams))
 	var wg sync.WaitGroup
 	for i, st := range p.Streams {
-		target := p.Entry
-		if st.Cluster != "" {
-			target = st.Cluster
-		}
-		req, err := wire.RequestFromCore(&st.Request)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", st.Name, err)
-		}
-		var entry []allocation.AllocationServiceClient
-		var streamConns []*grpc.ClientConn
-		addrs := r.callerAddrs(target)
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("stream %s: no link to cluster %s", st.Name, target)
-		}
-		for k := range 4 {
-			conn, err := dial(addrs[k%len(addrs)])
-			if err != nil {
-				return nil, err
-			}
-			streamConns = append(streamConns, conn)
-			entry = append(entry, allocation.NewAllocationServiceClient(conn))
-		}
-		if err := warmUp(ctx, streamConns); err != nil {
-			return nil, err
-		}
-		c := &caller{rec: rec, alloc: entry, req: req, direct: st.Cluster, sources: sources, admins: admins, tr: tr}
-		if tr != nil {
-			if c.stream, err = tr.addStream(req); err != nil {
-				return nil, err
-			}
-		}
-		callers = append(callers, c)
-		sched, err := sim.NewSchedule(st.Rate, p.Duration)
+		c, err := newStreamCaller(ctx, p, r, d, st, rec, sources, admins, tr)
 		if err != nil {
 			return nil, err
 		}
-		streamSeed := seed ^ (uint64(i+1) * 0x9e3779b97f4a7c15)
-		draw := sessionSampler(st.Session, streamSeed)
-		opts := loadgen.Options{
-			NewPacer:    func() loadgen.Pacer { return newPoissonPacer(sched, streamSeed) },
-			Duration:    p.Duration,
-			Timeout:     p.Deadline,
-			MaxInFlight: 8192,
-			Release:     true,
-			// Timers only: a run drives several streams at once, each
-			// with a loop of its own, and a precise wait blocks a
-			// thread per stream; the millisecond a timer can be late is
-			// small beside the latencies a scenario models, and the
-			// late sends are counted in the result as usual.
-			Precise: -1,
-			SessionLength: func() time.Duration {
-				d := draw()
-				c.drawn.add(d)
-				return d
-			},
+		runs[i].caller = c
+		cfg, tc, opts, err := streamLoad(p, i, st, seed, c)
+		if err != nil {
+			return nil, err
 		}
-		cfg := loadgen.Config{Mode: "open", Arrival: "scenario:" + p.Scenario.Metadata.Name + "/" + st.Name, Seed: streamSeed,
-			Connections: len(entry), DurationSeconds: p.Duration.Seconds()}
-		tc := loadgen.TargetConfig{Name: st.Name, Addr: strings.Join(addrs, ","), Protocol: "grpc", Call: "allocate"}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := loadgen.Run(runCtx, cfg, []loadgen.Target{{Config: tc, Caller: c}}, opts)
-			outs[i] = streamOut{res, err}
+			runs[i].res, runs[i].err = loadgen.Run(runCtx, cfg, []loadgen.Target{{Config: tc, Caller: c}}, opts)
 		}()
 	}
 	wg.Wait()
@@ -373,20 +245,234 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 		last := int(min(time.Since(start), p.Duration)/p.SampleInterval) - 1
 		rec.sample(max(last, 0))
 	}
-	faultMu.Lock()
-	ferr := faultErr
-	faultMu.Unlock()
-	if ferr != nil {
-		return nil, fmt.Errorf("outage links: %w", ferr)
+	if err := outages.err(); err != nil {
+		return nil, fmt.Errorf("outage links: %w", err)
 	}
 
+	rep, err := streamsReport(ctx, p, wall, runs)
+	if err != nil {
+		return nil, err
+	}
+	tries, err := entryTries(r, p.Entry)
+	if err != nil && len(p.Scenario.Spec.Policies) > 0 {
+		rep.Live.NotModelled = append(rep.Live.NotModelled, "clusters.*.tries, unAllocated, unavailable: the entry's forwarding metrics could not be read ("+err.Error()+")")
+	}
+	if rep.Results, err = results(p, rec, tries, &rep.Live); err != nil {
+		return nil, err
+	}
+	if err := rep.check(); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// dialer makes the run's gRPC connections with the callers' certificate
+// and closes them all at the end.
+type dialer struct {
+	tls   *tls.Config
+	conns []*grpc.ClientConn
+}
+
+func (d *dialer) dial(addr string) (*grpc.ClientConn, error) {
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(d.tls.Clone())))
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *dialer) close() {
+	for _, c := range d.conns {
+		c.Close()
+	}
+}
+
+// adminClients connects to every cluster's allocator for releases, and
+// waits for the connections: every one up before the clock starts, so the
+// first requests do not pay the TLS handshakes, and a rig that cannot be
+// reached fails here, saying which connection.
+func adminClients(ctx context.Context, p *Plan, r liveRig, d *dialer) (map[string]qmv1.AllocationAdminClient, error) {
+	admins := map[string]qmv1.AllocationAdminClient{}
+	for _, c := range p.Clusters {
+		// Sessions end inside their cluster, as a game server's own
+		// shutdown does: straight to the allocator, past the links, so an
+		// outage of the callers' link does not keep a server allocated.
+		conn, err := d.dial(r.releaseAddr(c.Name))
+		if err != nil {
+			return nil, err
+		}
+		admins[c.Name] = qmv1.NewAllocationAdminClient(conn)
+	}
+	if err := warmUp(ctx, d.conns); err != nil {
+		return nil, err
+	}
+	return admins, nil
+}
+
+// outageTimers take each outage's cluster's links down from its start to
+// its end, counted from the run's start.
+type outageTimers struct {
+	mu     sync.Mutex
+	errs   error
+	timers []*time.Timer
+}
+
+func scheduleOutages(p *Plan, r liveRig, start time.Time, progress io.Writer) *outageTimers {
+	o := &outageTimers{}
+	for _, out := range p.Outages {
+		for _, ev := range []struct {
+			at   time.Duration
+			down bool
+		}{{out.Start, true}, {out.End, false}} {
+			o.timers = append(o.timers, time.AfterFunc(ev.at-time.Since(start), func() {
+				if err := r.setDown(out.Cluster, ev.down); err != nil {
+					o.mu.Lock()
+					o.errs = errors.Join(o.errs, err)
+					o.mu.Unlock()
+				}
+				if progress != nil {
+					state := "up again"
+					if ev.down {
+						state = "down (outage)"
+					}
+					fmt.Fprintf(progress, "live %s: %s: links to %s %s\n", p.Scenario.Metadata.Name, time.Duration(float64(time.Since(start))*p.Scale).Round(time.Second), out.Cluster, state)
+				}
+			}))
+		}
+	}
+	return o
+}
+
+func (o *outageTimers) stop() {
+	for _, t := range o.timers {
+		t.Stop()
+	}
+}
+
+func (o *outageTimers) err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.errs
+}
+
+// sampleSeries samples the series every interval of wall time, with a
+// progress line every 5 s when asked, until ctx ends; the channel closes
+// when it has stopped.
+func sampleSeries(ctx context.Context, p *Plan, rec *recorder, start time.Time, progress io.Writer) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(p.SampleInterval)
+		defer tick.Stop()
+		k := 0
+		last := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				rec.sample(k)
+				k++
+				if progress != nil && now.Sub(last) >= 5*time.Second {
+					last = now
+					fmt.Fprintln(progress, progressLine(p, rec, now.Sub(start)))
+				}
+			}
+		}
+	}()
+	return done
+}
+
+// streamRun is one stream's caller and what its load generator measured.
+type streamRun struct {
+	caller *caller
+	res    *loadgen.Result
+	err    error
+}
+
+// newStreamCaller connects a stream's caller to its target (the cluster it
+// names, else the entry) through the callers' links, four connections
+// over the target's addresses, up before it returns.
+func newStreamCaller(ctx context.Context, p *Plan, r liveRig, d *dialer, st StreamPlan, rec *recorder, sources map[string]string,
+	admins map[string]qmv1.AllocationAdminClient, tr *liveTrace) (*caller, error) {
+	target := p.Entry
+	if st.Cluster != "" {
+		target = st.Cluster
+	}
+	req, err := wire.RequestFromCore(&st.Request)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", st.Name, err)
+	}
+	addrs := r.callerAddrs(target)
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("stream %s: no link to cluster %s", st.Name, target)
+	}
+	var entry []allocation.AllocationServiceClient
+	var conns []*grpc.ClientConn
+	for k := range 4 {
+		conn, err := d.dial(addrs[k%len(addrs)])
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, conn)
+		entry = append(entry, allocation.NewAllocationServiceClient(conn))
+	}
+	if err := warmUp(ctx, conns); err != nil {
+		return nil, err
+	}
+	c := &caller{rec: rec, alloc: entry, addrs: addrs, req: req, direct: st.Cluster, sources: sources, admins: admins, tr: tr}
+	if tr != nil {
+		if c.stream, err = tr.addStream(req); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// streamLoad is stream i's load as loadgen runs it: Poisson arrivals on
+// the simulator's schedule, sessions drawn from the stream's distribution
+// and given back after their length.
+func streamLoad(p *Plan, i int, st StreamPlan, seed uint64, c *caller) (loadgen.Config, loadgen.TargetConfig, loadgen.Options, error) {
+	sched, err := sim.NewSchedule(st.Rate, p.Duration)
+	if err != nil {
+		return loadgen.Config{}, loadgen.TargetConfig{}, loadgen.Options{}, err
+	}
+	streamSeed := seed ^ (uint64(i+1) * 0x9e3779b97f4a7c15)
+	draw := sessionSampler(st.Session, streamSeed)
+	opts := loadgen.Options{
+		NewPacer:    func() loadgen.Pacer { return newPoissonPacer(sched, streamSeed) },
+		Duration:    p.Duration,
+		Timeout:     p.Deadline,
+		MaxInFlight: 8192,
+		Release:     true,
+		// Timers only: a run drives several streams at once, each with a
+		// loop of its own, and a precise wait blocks a thread per stream;
+		// the millisecond a timer can be late is small beside the
+		// latencies a scenario models, and the late sends are counted in
+		// the result as usual.
+		Precise: -1,
+		SessionLength: func() time.Duration {
+			d := draw()
+			c.drawn.add(d)
+			return d
+		},
+	}
+	cfg := loadgen.Config{Mode: "open", Arrival: "scenario:" + p.Scenario.Metadata.Name + "/" + st.Name, Seed: streamSeed,
+		Connections: len(c.alloc), DurationSeconds: p.Duration.Seconds()}
+	tc := loadgen.TargetConfig{Name: st.Name, Addr: strings.Join(c.addrs, ","), Protocol: "grpc", Call: "allocate"}
+	return cfg, tc, opts, nil
+}
+
+// streamsReport starts the report with what the streams' load generators
+// measured, naming where the run strayed from the scenario.
+func streamsReport(ctx context.Context, p *Plan, wall time.Duration, runs []streamRun) (*Report, error) {
 	rep := &Report{
 		APIVersion: scenarios.APIVersion, Kind: Kind, Scenario: p.Scenario.Metadata.Name,
 		Description: p.Scenario.Metadata.Description, Passed: true, Expectations: []scenarios.Check{}, plan: p,
 		Live: Info{TimeScale: p.Scale, Backend: p.Backend, Entry: p.Entry, WallSeconds: round4(wall.Seconds()),
 			Interrupted: ctx.Err() != nil, NotModelled: append([]string(nil), p.NotModelled...)},
 	}
-	for i, o := range outs {
+	for i, o := range runs {
 		if o.err != nil {
 			return nil, fmt.Errorf("stream %s: %w", p.Streams[i].Name, o.err)
 		}
@@ -394,7 +480,7 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 		si := StreamInfo{
 			Name: p.Streams[i].Name, Target: t.Addr, Intended: t.Intended, Sent: t.Sent, NotSent: t.NotSent,
 			LatencyP99Ms: round4(t.Latency.P99Ms), SendLatenessP99Ms: round4(t.SendLateness.P99Ms),
-			SessionMeanDrawnMs: callers[i].drawn.ms(), SessionMeanHeldMs: callers[i].sessions.ms(),
+			SessionMeanDrawnMs: o.caller.drawn.ms(), SessionMeanHeldMs: o.caller.sessions.ms(),
 		}
 		rep.Live.Streams = append(rep.Live.Streams, si)
 		// Wall-clock lateness is multiplied by the time scale in scenario
@@ -414,8 +500,15 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 				"spec.workload[%d]: %d of %d arrivals were not sent (the generator fell behind); they are in no figure of the results", i, t.NotSent, t.Intended))
 		}
 	}
+	return rep, nil
+}
+
+// entryTries adds up the entry's replicas' forwarding metrics: tries per
+// cluster and outcome. The error says which could not be read.
+func entryTries(r liveRig, entry string) (triesOf, error) {
 	tries := triesOf{}
-	for _, addr := range r.metricsAddrs(p.Entry) {
+	var err error
+	for _, addr := range r.metricsAddrs(entry) {
 		t, e := scrapeTries(addr)
 		err = errors.Join(err, e)
 		for cl, m := range t {
@@ -427,16 +520,7 @@ func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Wri
 			}
 		}
 	}
-	if err != nil && len(p.Scenario.Spec.Policies) > 0 {
-		rep.Live.NotModelled = append(rep.Live.NotModelled, "clusters.*.tries, unAllocated, unavailable: the entry's forwarding metrics could not be read ("+err.Error()+")")
-	}
-	if rep.Results, err = results(p, rec, tries, &rep.Live); err != nil {
-		return nil, err
-	}
-	if err := rep.check(); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return tries, err
 }
 
 // liveRig is what a run needs of its rig.
@@ -490,6 +574,7 @@ func progressLine(p *Plan, rec *recorder, wall time.Duration) string {
 type caller struct {
 	rec     *recorder
 	alloc   []allocation.AllocationServiceClient
+	addrs   []string // where alloc dials, through the callers' links
 	next    uint64
 	mu      sync.Mutex
 	req     *allocation.AllocationRequest
