@@ -109,7 +109,9 @@ const (
 )
 
 // NewPlan works out the live run of s at time scale scale on backend
-// (BackendMemory when empty).
+// (BackendMemory when empty): its outages and entry, its clusters with
+// their allocators and fleets, its streams, and everything the run will
+// not reproduce, named.
 func NewPlan(s *scenarios.Scenario, scale float64, backend string) (*Plan, error) {
 	if math.IsNaN(scale) || scale < 1 || scale > MaxScale {
 		return nil, fmt.Errorf("time scale %v: must be 1 to %d (N scenario seconds per wall second)", scale, MaxScale)
@@ -120,7 +122,6 @@ func NewPlan(s *scenarios.Scenario, scale float64, backend string) (*Plan, error
 	if backend != BackendMemory && backend != BackendKubernetes {
 		return nil, fmt.Errorf("backend %q: want %s or %s", backend, BackendMemory, BackendKubernetes)
 	}
-	kube := backend == BackendKubernetes
 	cfg, err := s.Config()
 	if err != nil {
 		return nil, err
@@ -137,38 +138,67 @@ func NewPlan(s *scenarios.Scenario, scale float64, backend string) (*Plan, error
 		BreakerOpen:    max(div(breakerOpen, scale), time.Millisecond),
 		BreakerMaxOpen: max(div(breakerMaxOpen, scale), time.Millisecond),
 	}
-	name := func(format string, args ...any) { p.NotModelled = append(p.NotModelled, fmt.Sprintf(format, args...)) }
+	if err := p.planOutages(); err != nil {
+		return nil, err
+	}
+	if err := p.planClusters(); err != nil {
+		return nil, err
+	}
+	if err := p.planStreams(cfg); err != nil {
+		return nil, err
+	}
+	p.note("spec.routing: per-request times (RTTs, forwardTimeout %v, deadline %v) are not scaled by the time scale", p.ForwardTimeout, p.Deadline)
+	p.note("forwarding: the allocators' breakers skip a cluster after 3 transport failures in a row (probing after %v to %v of wall time), where the simulator tries it on every request and pays the forwardTimeout",
+		p.BreakerOpen, p.BreakerMaxOpen)
+	p.NotModelled = append(p.NotModelled, unknownFields(s)...)
+	return p, nil
+}
 
+// note names something the live run does not reproduce.
+func (p *Plan) note(format string, args ...any) {
+	p.NotModelled = append(p.NotModelled, fmt.Sprintf(format, args...))
+}
+
+func (p *Plan) kube() bool { return p.Backend == BackendKubernetes }
+
+// planOutages turns the scenario's outages into link outages on the wall
+// clock, and picks the entry: the first cluster never in an outage, since
+// the callers must reach it, as a matchmaker reaches its own cluster's
+// allocator.
+func (p *Plan) planOutages() error {
+	sp := &p.Scenario.Spec
 	down := map[string]bool{}
 	for i, f := range sp.Faults {
 		if f.Type != "outage" {
-			name("spec.faults[%d]: fault type %q has no live form", i, f.Type)
+			p.note("spec.faults[%d]: fault type %q has no live form", i, f.Type)
 			continue
 		}
-		if kube {
+		if p.kube() {
 			// Switching the rig's link faults while the links carry load
 			// can deadlock inside toxiproxy; the memory rig puts gates of
 			// its own in front of the links instead.
-			return nil, fmt.Errorf("spec.faults[%d]: outages run on the memory backend only (--backend memory)", i)
+			return fmt.Errorf("spec.faults[%d]: outages run on the memory backend only (--backend memory)", i)
 		}
 		down[f.Cluster] = true
-		name("spec.faults[%d]: %s's links refuse new connections and cut open ones from %v to %v (wall); the entry's breaker then skips it, so requests do not each pay the forwardTimeout the simulator charges",
-			i, f.Cluster, div(f.Start.D(), scale), div(f.End.D(), scale))
-		p.Outages = append(p.Outages, Outage{Cluster: f.Cluster, Start: div(f.Start.D(), scale), End: div(f.End.D(), scale)})
+		p.note("spec.faults[%d]: %s's links refuse new connections and cut open ones from %v to %v (wall); the entry's breaker then skips it, so requests do not each pay the forwardTimeout the simulator charges",
+			i, f.Cluster, div(f.Start.D(), p.Scale), div(f.End.D(), p.Scale))
+		p.Outages = append(p.Outages, Outage{Cluster: f.Cluster, Start: div(f.Start.D(), p.Scale), End: div(f.End.D(), p.Scale)})
 	}
-	// The entry is the first cluster never in an outage: the callers must
-	// reach it, as a matchmaker reaches its own cluster's allocator.
 	for _, c := range sp.Clusters {
 		if !down[c.Name] {
 			p.Entry = c.Name
-			break
+			return nil
 		}
 	}
-	if p.Entry == "" {
-		p.Entry = sp.Clusters[0].Name
-		name("spec.faults: every cluster has an outage; the callers reach %s, so its outages cut the callers off too", p.Entry)
-	}
+	p.Entry = sp.Clusters[0].Name
+	p.note("spec.faults: every cluster has an outage; the callers reach %s, so its outages cut the callers off too", p.Entry)
+	return nil
+}
 
+// planClusters plans every cluster: its links, its allocator and its
+// fleets, within the servers one machine holds.
+func (p *Plan) planClusters() error {
+	sp := &p.Scenario.Spec
 	// Only multi-cluster requests go through the entry.
 	multi := false
 	for _, w := range sp.Workload {
@@ -181,128 +211,142 @@ func NewPlan(s *scenarios.Scenario, scale float64, backend string) (*Plan, error
 		link, exact := linkOf(c.RTT)
 		cp.CallerLink, cp.ForwardLink = link, link
 		if !exact {
-			name("%s.rtt: a link of %v each way with up to %v of uniform jitter, not the simulator's distribution", path, link.Latency.D(), link.Jitter.D())
+			p.note("%s.rtt: a link of %v each way with up to %v of uniform jitter, not the simulator's distribution", path, link.Latency.D(), link.Jitter.D())
 		}
 		if c.Name != p.Entry && multi {
-			name("%s.rtt: a request served here pays the entry cluster's (%s) round trip too: callers reach %s through %s's allocator, where the simulator's router reaches it directly",
+			p.note("%s.rtt: a request served here pays the entry cluster's (%s) round trip too: callers reach %s through %s's allocator, where the simulator's router reaches it directly",
 				path, p.Entry, c.Name, p.Entry)
 		}
 		cp.Fleets = memory.Config{APIVersion: memory.APIVersion, Kind: memory.Kind, Nodes: c.Nodes.Count}
-		if kube {
-			name("%s.nodes: the fleet agent places servers on %d nodes of %d; packing, node-hours and cost are not measured live", path, c.Nodes.Count, c.Nodes.Slots)
+		if p.kube() {
+			p.note("%s.nodes: the fleet agent places servers on %d nodes of %d; packing, node-hours and cost are not measured live", path, c.Nodes.Count, c.Nodes.Slots)
 		} else {
-			name("%s.nodes: the memory backend's nodes have no slot limit; packing, node-hours and cost are not measured live", path)
+			p.note("%s.nodes: the memory backend's nodes have no slot limit; packing, node-hours and cost are not measured live", path)
 		}
 		if c.CostPerNodeHour != 0 {
-			name("%s.costPerNodeHour: no cost is measured live", path)
+			p.note("%s.costPerNodeHour: no cost is measured live", path)
 		}
-		a := c.Allocator
-		switch {
-		case kube:
-			name("%s.apiServer.writeLatency: the rig's API server is real (etcd without fsync, on this machine); its own write latency applies", path)
-			if d := a.InformerDelay; d != nil && !isZero(d) {
-				name("%s.allocator.informerDelay: the allocators' informers are real; their own delay applies", path)
-			}
-			if *a.Replicas > 1 && !a.ReplicaShards {
-				name("%s.allocator.replicaShards: the rig's %d replicas each prefer their own shard of the servers (qm serve --replica-shard)", path, *a.Replicas)
-			}
-		default:
-			if d := c.APIServer.WriteLatency; d != nil && !isZero(d) {
-				name("%s.apiServer.writeLatency: the memory backend commits an allocation at once; there is no API server", path)
-			}
-			if *a.Replicas > 1 {
-				name("%s.allocator.replicas: one allocator process, not %d replicas (memory backends cannot share servers), so no write conflicts", path, *a.Replicas)
-			}
-			if d := a.InformerDelay; d != nil && !isZero(d) {
-				name("%s.allocator.informerDelay: the memory backend's cache is its source of truth; nothing is stale", path)
-			}
-		}
-		if d := a.DecisionTime; d != nil && !isZero(d) {
-			name("%s.allocator.decisionTime: the allocator's own decision time applies", path)
-		}
-		if a.Workers > 0 {
-			name("%s.allocator.workers: the allocator serves requests concurrently without a worker bound", path)
-		}
-		if !kube && (a.ReplicaShards || a.PackedSpread > 1) {
-			name("%s.allocator.replicaShards/packedSpread: one replica allocates exact Packed", path)
-		}
+		p.planAllocator(path, c)
 		for j, f := range c.Fleets {
-			fp := fmt.Sprintf("%s.fleets[%d]", path, j)
-			size := f.Replicas
-			if b := f.Buffer; b != nil {
-				// A fixed fleet as large as the autoscaler could grow it:
-				// the live fleet never waits for a scale-up, and the
-				// difference is named.
-				size = max(f.Replicas, min(b.Max, c.Nodes.Count*c.Nodes.Slots))
-				name("%s.buffer: no autoscaler live; the fleet has a fixed %d servers (the buffer's max, within the nodes' slots), so it never waits for a scale-up", fp, size)
-			}
-			servers += size
-			start, exact := meanOf(f.StartupDelay)
-			switch {
-			case kube:
-				name("%s.startupDelay: the fleet agent starts a replacement in 100 ms of wall time, whatever the file says", fp)
-				if f.SessionEnd == "Ready" {
-					name("%s.sessionEnd: a released server is shut down and replaced by the fleet agent", fp)
-				}
-			case f.SessionEnd == "Ready":
-				// The memory backend shuts a released server down; a new
-				// one Ready at once keeps the capacity a server Ready
-				// again gives. A fixed fleet never scales up, so the
-				// start-up delay has nothing else to apply to.
-				start = 0
-				name("%s.sessionEnd: a released server is shut down and replaced at once by a new Ready one (the same capacity, another name)", fp)
-			case !exact:
-				name("%s.startupDelay: every replacement starts in the distribution's mean, %v (scaled)", fp, div(start, scale))
-			}
-			if !kube && f.Scheduling == "Distributed" {
-				name("%s.scheduling: the memory backend spreads servers over its nodes whatever the fleet's scheduling", fp)
-			}
-			fs := memory.FleetSpec{
-				Name: f.Name, Namespace: "default", Replicas: size, Labels: f.Labels,
-				StartupDuration: memory.Duration{Duration: div(start, scale)},
-			}
-			if len(f.Counters) > 0 {
-				fs.Counters = map[string]memory.CounterSpec{}
-				for k, v := range f.Counters {
-					fs.Counters[k] = memory.CounterSpec{Capacity: v.Capacity}
-				}
-			}
-			if len(f.Lists) > 0 {
-				fs.Lists = map[string]memory.ListSpec{}
-				for k, v := range f.Lists {
-					fs.Lists[k] = memory.ListSpec{Capacity: v.Capacity}
-				}
-			}
+			fs := p.planFleet(fmt.Sprintf("%s.fleets[%d]", path, j), c, f)
+			servers += fs.Replicas
 			cp.Fleets.Fleets = append(cp.Fleets.Fleets, fs)
 		}
 		p.Clusters = append(p.Clusters, cp)
 	}
 	if servers > maxServers {
-		return nil, fmt.Errorf("spec.clusters: %d game servers live in all; the live run holds at most %d on one machine", servers, maxServers)
+		return fmt.Errorf("spec.clusters: %d game servers live in all; the live run holds at most %d on one machine", servers, maxServers)
 	}
+	return nil
+}
 
+// planAllocator names what of a cluster's allocator model (at path) the
+// backend's real allocators do not follow.
+func (p *Plan) planAllocator(path string, c scenarios.Cluster) {
+	a := c.Allocator
+	switch {
+	case p.kube():
+		p.note("%s.apiServer.writeLatency: the rig's API server is real (etcd without fsync, on this machine); its own write latency applies", path)
+		if d := a.InformerDelay; d != nil && !isZero(d) {
+			p.note("%s.allocator.informerDelay: the allocators' informers are real; their own delay applies", path)
+		}
+		if *a.Replicas > 1 && !a.ReplicaShards {
+			p.note("%s.allocator.replicaShards: the rig's %d replicas each prefer their own shard of the servers (qm serve --replica-shard)", path, *a.Replicas)
+		}
+	default:
+		if d := c.APIServer.WriteLatency; d != nil && !isZero(d) {
+			p.note("%s.apiServer.writeLatency: the memory backend commits an allocation at once; there is no API server", path)
+		}
+		if *a.Replicas > 1 {
+			p.note("%s.allocator.replicas: one allocator process, not %d replicas (memory backends cannot share servers), so no write conflicts", path, *a.Replicas)
+		}
+		if d := a.InformerDelay; d != nil && !isZero(d) {
+			p.note("%s.allocator.informerDelay: the memory backend's cache is its source of truth; nothing is stale", path)
+		}
+	}
+	if d := a.DecisionTime; d != nil && !isZero(d) {
+		p.note("%s.allocator.decisionTime: the allocator's own decision time applies", path)
+	}
+	if a.Workers > 0 {
+		p.note("%s.allocator.workers: the allocator serves requests concurrently without a worker bound", path)
+	}
+	if !p.kube() && (a.ReplicaShards || a.PackedSpread > 1) {
+		p.note("%s.allocator.replicaShards/packedSpread: one replica allocates exact Packed", path)
+	}
+}
+
+// planFleet is a fleet (at path fp) of cluster c as the live run holds it:
+// a fixed size, replacements started in the scaled start-up delay.
+func (p *Plan) planFleet(fp string, c scenarios.Cluster, f scenarios.Fleet) memory.FleetSpec {
+	size := f.Replicas
+	if b := f.Buffer; b != nil {
+		// A fixed fleet as large as the autoscaler could grow it: the
+		// live fleet never waits for a scale-up, and the difference is
+		// named.
+		size = max(f.Replicas, min(b.Max, c.Nodes.Count*c.Nodes.Slots))
+		p.note("%s.buffer: no autoscaler live; the fleet has a fixed %d servers (the buffer's max, within the nodes' slots), so it never waits for a scale-up", fp, size)
+	}
+	start, exact := meanOf(f.StartupDelay)
+	switch {
+	case p.kube():
+		p.note("%s.startupDelay: the fleet agent starts a replacement in 100 ms of wall time, whatever the file says", fp)
+		if f.SessionEnd == "Ready" {
+			p.note("%s.sessionEnd: a released server is shut down and replaced by the fleet agent", fp)
+		}
+	case f.SessionEnd == "Ready":
+		// The memory backend shuts a released server down; a new one
+		// Ready at once keeps the capacity a server Ready again gives. A
+		// fixed fleet never scales up, so the start-up delay has nothing
+		// else to apply to.
+		start = 0
+		p.note("%s.sessionEnd: a released server is shut down and replaced at once by a new Ready one (the same capacity, another name)", fp)
+	case !exact:
+		p.note("%s.startupDelay: every replacement starts in the distribution's mean, %v (scaled)", fp, div(start, p.Scale))
+	}
+	if !p.kube() && f.Scheduling == "Distributed" {
+		p.note("%s.scheduling: the memory backend spreads servers over its nodes whatever the fleet's scheduling", fp)
+	}
+	fs := memory.FleetSpec{
+		Name: f.Name, Namespace: "default", Replicas: size, Labels: f.Labels,
+		StartupDuration: memory.Duration{Duration: div(start, p.Scale)},
+	}
+	if len(f.Counters) > 0 {
+		fs.Counters = map[string]memory.CounterSpec{}
+		for k, v := range f.Counters {
+			fs.Counters[k] = memory.CounterSpec{Capacity: v.Capacity}
+		}
+	}
+	if len(f.Lists) > 0 {
+		fs.Lists = map[string]memory.ListSpec{}
+		for k, v := range f.Lists {
+			fs.Lists[k] = memory.ListSpec{Capacity: v.Capacity}
+		}
+	}
+	return fs
+}
+
+// planStreams scales every stream's rate and session lengths, within the
+// rate one generator (and, on kubernetes, the rig's API servers) takes.
+func (p *Plan) planStreams(cfg *sim.Config) error {
 	for i, st := range cfg.Streams {
-		sched, err := sim.NewSchedule(scaleRate(st.Rate, scale), p.Duration)
+		rate := scaleRate(st.Rate, p.Scale)
+		sched, err := sim.NewSchedule(rate, p.Duration)
 		if err != nil {
-			return nil, fmt.Errorf("spec.workload[%d].rate: scaled by %v: %v", i, scale, err)
+			return fmt.Errorf("spec.workload[%d].rate: scaled by %v: %v", i, p.Scale, err)
 		}
 		if peak := peakRate(sched, p.Duration); peak > maxRate {
-			return nil, fmt.Errorf("spec.workload[%d]: at time scale %v the rate reaches %.0f requests/s; one generator here sends at most %d/s (choose a smaller --time-scale)",
-				i, scale, peak, maxRate)
-		} else if kube && peak > kubeMaxRate {
-			return nil, fmt.Errorf("spec.workload[%d]: at time scale %v the rate reaches %.0f requests/s; the kubernetes rig's API servers on this machine take about %d/s with releases and replacements (choose a smaller --time-scale)",
-				i, scale, peak, kubeMaxRate)
+			return fmt.Errorf("spec.workload[%d]: at time scale %v the rate reaches %.0f requests/s; one generator here sends at most %d/s (choose a smaller --time-scale)",
+				i, p.Scale, peak, maxRate)
+		} else if p.kube() && peak > kubeMaxRate {
+			return fmt.Errorf("spec.workload[%d]: at time scale %v the rate reaches %.0f requests/s; the kubernetes rig's API servers on this machine take about %d/s with releases and replacements (choose a smaller --time-scale)",
+				i, p.Scale, peak, kubeMaxRate)
 		}
 		p.Streams = append(p.Streams, StreamPlan{
-			Name: st.Name, Rate: scaleRate(st.Rate, scale), Session: scaleDist(st.Session, scale),
+			Name: st.Name, Rate: rate, Session: scaleDist(st.Session, p.Scale),
 			Cluster: st.Cluster, Request: st.Request,
 		})
 	}
-	name("spec.routing: per-request times (RTTs, forwardTimeout %v, deadline %v) are not scaled by the time scale", p.ForwardTimeout, p.Deadline)
-	name("forwarding: the allocators' breakers skip a cluster after 3 transport failures in a row (probing after %v to %v of wall time), where the simulator tries it on every request and pays the forwardTimeout",
-		p.BreakerOpen, p.BreakerMaxOpen)
-	p.NotModelled = append(p.NotModelled, unknownFields(s)...)
-	return p, nil
+	return nil
 }
 
 // sampleInterval is the simulator's default: duration/240.
