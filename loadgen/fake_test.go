@@ -37,8 +37,8 @@ type fake struct {
 }
 
 func (f *fake) Allocate(ctx context.Context, _ *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
-	f.stall.RLock() //nolint:staticcheck // SA2001: waits out a stall, which holds the write lock.
-	f.stall.RUnlock()
+	f.stall.RLock()
+	f.stall.RUnlock() //nolint:staticcheck // SA2001: waits out a stall, which holds the write lock.
 	if c := codes.Code(f.fail.Load()); c != codes.OK {
 		return nil, status.Error(c, "told to fail")
 	}
