@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,28 +59,9 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	workers := fs.Int("workers", runtime.NumCPU(), "simulator runs at once")
 	points := fs.Int("points", 2, "values tested per round between the bounds (1: bisection)")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, planUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	// As qm sim: flags before or after the file.
-	var files []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				usage(stdout)
-				return nil
-			}
-			return usageFail(stderr, "plan", usage, "%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	usage, files, ok, err := parseFlagsAndFiles("plan", planUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	switch {
 	case len(files) == 0:

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/quartermaster-dev/quartermaster/plan"
 	"github.com/quartermaster-dev/quartermaster/scenarios"
 )
 
@@ -29,6 +29,8 @@ func init() {
 
 const simUsage = `usage: qm sim FILE [--out results.json] [--quiet] [--cpuprofile FILE]
        qm sim FILE --seeds N [--workers W] [--out spread.json] [--quiet]
+       qm sim FILE --seeds N --index I [--out run.json]
+       qm sim merge [--out spread.json] [--quiet] RUN.json...
        qm sim --replay TRACE FILE [--cluster-name SOURCE=CLUSTER]... [--out results.json]
 
 Runs one scenario file in the simulator on a virtual clock, prints a table
@@ -41,7 +43,10 @@ With --seeds N, the scenario runs under its seed and the N-1 after it, W
 runs at a time (default: one per CPU), and the table shows each figure's
 spread across the seeds: mean, standard deviation, min and max. A run's
 results depend on its seed alone, never on W. Exit status 2 when a seed
-misses an expectation.
+misses an expectation. Where one machine is not enough, --index I runs the
+I-th of the N seeds alone (counting from 0; a Kubernetes Indexed Job passes
+its completion index) and writes its report as a single run does; qm sim
+merge adds such reports up into what --seeds N gives, whatever their order.
 
 With --replay, the scenario's clusters, policies and faults meet the
 arrivals and requests of a trace (qm serve --trace, qm load --trace) instead
@@ -57,6 +62,9 @@ flags:
 // table on stdout, progress on stderr for runs that take a while, writes the
 // report JSON when asked, and exits 2 when an expectation fails.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "merge" {
+		return runSimMerge(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("qm sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	out := fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
@@ -64,32 +72,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	seeds := fs.Int("seeds", 1, "run the scenario under this many seeds (its own and the ones after it) and report each figure's spread")
 	workers := fs.Int("workers", runtime.NumCPU(), "with --seeds: runs at once")
+	index := fs.Int("index", -1, "with --seeds N: run only the seed of this index (0..N-1), as one run, for qm sim merge")
 	replay := fs.String("replay", "", "replay this trace's arrivals and requests against the scenario's clusters instead of its workload")
 	var clusterNames multiFlag
 	fs.Var(&clusterNames, "cluster-name", "with --replay: SOURCE=CLUSTER, the scenario's name for a cluster the trace names SOURCE (repeatable)")
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, simUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	// Flags may come before or after the file, so parse up to each
-	// positional argument, take it, and go on.
-	var files []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				usage(stdout)
-				return nil
-			}
-			return usageFail(stderr, "sim", usage, "%v", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	usage, files, ok, err := parseFlagsAndFiles("sim", simUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	switch {
 	case len(files) == 0:
@@ -112,9 +101,17 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *seeds > 1 && *replay != "" {
 		return usageFail(stderr, "sim", usage, "--seeds and --replay: a replay follows its trace; run it once")
 	}
+	if *index >= *seeds || *index < -1 {
+		return usageFail(stderr, "sim", usage, "--index %d: want 0..%d, one of the --seeds %d", *index, *seeds-1, *seeds)
+	}
 	sc, err := scenarios.Load(files[0])
 	if err != nil {
 		return err
+	}
+	if *index >= 0 {
+		seed := plan.Seeds(sc, *seeds)[*index]
+		sc.Spec.Seed = &seed
+		*seeds = 1
 	}
 	if *replay != "" {
 		return runSimReplay(ctx, sc, *replay, clusterNames, *out, *quiet, stdout, stderr)
