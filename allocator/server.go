@@ -190,22 +190,19 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ChainUnaryInterceptor(recoverUnary(log)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// Larger buffers than grpc-go's defaults cost little here and
-		// save syscalls under load.
-		grpc.SharedWriteBuffer(true),
 		// Fixed flow-control windows: grpc-go's dynamic ones estimate the
 		// link with a PING after each DATA frame received while none is
-		// out, so with one caller every request cost a WINDOW_UPDATE, a
-		// PING and its ACK besides the answer (two more writes here, a
-		// read and a write at the caller). The forwarder's connections use
+		// out, so with one caller every request would cost a
+		// WINDOW_UPDATE, a PING and its ACK besides the answer (two more
+		// writes here, a read and a write at the caller). The forwarder's connections use
 		// the same windows.
 		grpc.InitialWindowSize(forward.StreamWindowBytes),
 		grpc.InitialConnWindowSize(forward.ConnWindowBytes),
 		// A goroutine per request starts with a small stack and grows it
 		// (copying) on the way down through TLS, gRPC, the service and the
-		// core: under load that copying was about a seventh of the
-		// server's CPU. Workers keep their grown stacks; when all are busy
-		// grpc-go starts a goroutine as before.
+		// core, a large share of the server's CPU under load. Workers keep
+		// their grown stacks; when all are busy grpc-go starts a goroutine
+		// per request.
 		grpc.NumStreamWorkers(cmp.Or(o.StreamWorkers, streamWorkers())),
 		grpc.ForceServerCodecV2(newCodec()),
 	)
@@ -214,14 +211,13 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 // streamWorkers is how many request goroutines the gRPC server keeps. A
 // request holds one from its headers until its answer is written, and
 // waits for its message in between, so as many are busy as requests are in
-// flight, not as CPUs are: 64 callers on 2 CPUs with 32 workers sent half
-// the requests to fresh goroutines, whose stack growth was 5% of the
-// server's CPU. A parked worker costs only its stack (the GC shrinks idle
-// ones). That shrinking is what a worker count costs a lone request:
-// grpc-go hands it to the longest-idle worker, whose stack has been shrunk
-// meanwhile and grows again (a seventh of a forwarding entry's CPU per
-// lone request); ServerOptions.StreamWorkers lowers the count for such an
-// allocator.
+// flight, not as CPUs are: requests beyond the workers go to fresh
+// goroutines, which grow their stacks again. A parked worker costs only its
+// stack (the GC shrinks idle ones). That shrinking is what a worker count
+// costs a lone request: grpc-go hands it to the longest-idle worker, whose
+// stack has been shrunk meanwhile and grows again;
+// ServerOptions.StreamWorkers lowers the count for an allocator that mostly
+// sees one request at a time.
 func streamWorkers() uint32 { return uint32(max(32*runtime.GOMAXPROCS(0), 256)) }
 
 // Listen binds the addresses. Use ":0" ports to let the system choose, then
