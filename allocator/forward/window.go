@@ -380,7 +380,7 @@ func diff(a, b []string) []string {
 
 // policiesInForce returns the policies of ns in force now that selector
 // matches, or the error to answer when there are none: no policy matches
-// at all (InvalidArgument, as before windows), or some match but their
+// at all (InvalidArgument, as without windows), or some match but their
 // windows are all closed (FailedPrecondition, naming them and their
 // windows).
 func (f *Forwarder) policiesInForce(ns string, selector map[string]string) ([]core.Policy, error) {
