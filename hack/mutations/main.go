@@ -248,7 +248,7 @@ func runTest(tree string, env []string, t Test, logFile string) row {
 	switch t.Kind {
 	case "e2e":
 		cmd = exec.Command("go", "test", "-count=1", "-timeout", "30m", "-run", "^TestMultiCluster$", "./e2e/multicluster/",
-			"-args", "-ginkgo.label-filter="+t.Label)
+			"-args", "-ginkgo.no-color", "-ginkgo.label-filter="+t.Label)
 	default:
 		cmd = exec.Command("go", "test", "-count=1", "-timeout", "20m", "-run", t.Run, t.Package)
 	}
