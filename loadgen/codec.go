@@ -4,18 +4,17 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 )
 
-// The gRPC caller encodes its one request once, before the run, and reads
-// from each answer only the fields a session needs. With the protobuf
-// library, decoding an AllocationResponse (ports, metadata maps, counters)
-// and encoding the request again for every call is a large share of the
-// generator's CPU, which on a machine shared with the server is taken from
-// the server and shows in its throughput. The echo goes through the same
-// codec, so the two targets' clients do comparable work.
+// leanCodec is the gRPC caller's codec: its one request is encoded once,
+// before the run, and sent as those bytes on every call; answers are
+// decoded with the generated (reflection-free) unmarshalers. The echo goes
+// through the same codec, so the two targets' clients do comparable work.
 type leanCodec struct{}
 
 // encodedRequest is a request message already in its wire form.
@@ -29,35 +28,18 @@ func encodeRequest(m proto.Message) (*encodedRequest, error) {
 	return &encodedRequest{b: b}, nil
 }
 
-// AllocationRequest.metadata and MetaPatch.annotations (Agones'
-// allocation.proto), and a map entry's key and value.
-const (
-	fieldRequestMetadata  protowire.Number = 7
-	fieldPatchAnnotations protowire.Number = 2
-	fieldEntryKey         protowire.Number = 1
-	fieldEntryValue       protowire.Number = 2
-)
-
 // withAnnotation returns the request with annotation key=n (decimal) added:
-// the bytes as they are, then a second metadata field holding that one
-// entry, which a decoder merges into the first (protobuf merges repeated
-// occurrences of a message field, and of a map's entries).
+// the bytes as they are, then those of a request holding only that
+// annotation, which a decoder merges into the first (protobuf merges
+// repeated occurrences of a message field, and of a map's entries).
 func (r *encodedRequest) withAnnotation(key string, n uint64) *encodedRequest {
-	var num [20]byte
-	value := strconv.AppendUint(num[:0], n, 10)
-	entry := protowire.SizeTag(fieldEntryKey) + protowire.SizeBytes(len(key)) +
-		protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(len(value))
-	patch := protowire.SizeTag(fieldPatchAnnotations) + protowire.SizeBytes(entry)
-	b := make([]byte, 0, len(r.b)+protowire.SizeTag(fieldRequestMetadata)+protowire.SizeBytes(patch))
-	b = append(b, r.b...)
-	b = protowire.AppendTag(b, fieldRequestMetadata, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(patch))
-	b = protowire.AppendTag(b, fieldPatchAnnotations, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(entry))
-	b = protowire.AppendTag(b, fieldEntryKey, protowire.BytesType)
-	b = protowire.AppendString(b, key)
-	b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
-	b = protowire.AppendBytes(b, value)
+	extra := &allocation.AllocationRequest{Metadata: &allocation.MetaPatch{
+		Annotations: map[string]string{key: strconv.FormatUint(n, 10)},
+	}}
+	b := make([]byte, len(r.b)+extra.SizeVT())
+	copy(b, r.b)
+	// A message of strings and maps always encodes: no error to report.
+	_, _ = extra.MarshalToSizedBufferVT(b[len(r.b):])
 	return &encodedRequest{b: b}
 }
 
@@ -67,12 +49,6 @@ type allocAnswer struct{ name, source string }
 // ignoredAnswer is an answer whose content does not matter (the health
 // check's); it is still checked to be a well-formed message.
 type ignoredAnswer struct{}
-
-// AllocationResponse field numbers (Agones' allocation.proto).
-const (
-	fieldGameServerName protowire.Number = 2
-	fieldSource         protowire.Number = 6
-)
 
 // Name is the content subtype: the server sees application/grpc+proto, as
 // from any protobuf client.
@@ -89,49 +65,23 @@ func (leanCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (leanCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	var b []byte
-	if len(data) == 1 {
-		b = data[0].ReadOnlyData()
-	} else {
-		b = data.Materialize()
-	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
 	switch a := v.(type) {
 	case *allocAnswer:
-		return scanAnswer(b, a)
+		var m allocation.AllocationResponse
+		if err := m.UnmarshalVT(b); err != nil {
+			return fmt.Errorf("malformed answer: %w", err)
+		}
+		a.name, a.source = m.GameServerName, m.Source
+		return nil
 	case *ignoredAnswer:
-		return scanAnswer(b, nil)
+		var m grpc_health_v1.HealthCheckResponse
+		if err := proto.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("malformed answer: %w", err)
+		}
+		return nil
 	}
 	return fmt.Errorf("loadgen codec: cannot receive into a %T", v)
-}
-
-// scanAnswer walks a message's top-level fields, copying gameServerName and
-// source into a (when not nil); a malformed message is an error, which the
-// call reports as Internal.
-func scanAnswer(b []byte, a *allocAnswer) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("malformed answer: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-		if a != nil && typ == protowire.BytesType && (num == fieldGameServerName || num == fieldSource) {
-			s, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return fmt.Errorf("malformed answer: %w", protowire.ParseError(m))
-			}
-			if num == fieldGameServerName {
-				a.name = string(s)
-			} else {
-				a.source = string(s)
-			}
-			b = b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return fmt.Errorf("malformed answer: %w", protowire.ParseError(m))
-		}
-		b = b[m:]
-	}
-	return nil
 }
