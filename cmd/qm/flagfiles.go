@@ -12,12 +12,7 @@ import (
 // positional arguments are the point: the files it reads, which may come
 // before, between or after the flags. It returns them in order.
 func parseFlagsAndFiles(name, usageText string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (usage func(io.Writer), files []string, ok bool, err error) {
-	usage = func(w io.Writer) {
-		fmt.Fprint(w, usageText)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	usage = usageOf(usageText, fs)
 	fs.SetOutput(io.Discard)
 	for rest := args; ; rest = fs.Args()[1:] {
 		if err := fs.Parse(rest); err != nil {
@@ -31,5 +26,15 @@ func parseFlagsAndFiles(name, usageText string, fs *flag.FlagSet, args []string,
 			return usage, files, true, nil
 		}
 		files = append(files, fs.Arg(0))
+	}
+}
+
+// usageOf prints a command's help: its usage text, then its flags.
+func usageOf(usageText string, fs *flag.FlagSet) func(io.Writer) {
+	return func(w io.Writer) {
+		fmt.Fprint(w, usageText)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
 }

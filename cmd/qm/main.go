@@ -49,12 +49,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 // is false in both cases (err is nil after -h). usage prints the help, for
 // callers that want it shown; usageFail reports mistakes found later.
 func parseFlags(name, usageText string, fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (usage func(io.Writer), ok bool, err error) {
-	usage = func(w io.Writer) {
-		fmt.Fprint(w, usageText)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	usage = usageOf(usageText, fs)
 	// The flag package would print its own error and the defaults; the
 	// message is printed once, below.
 	fs.SetOutput(io.Discard)
