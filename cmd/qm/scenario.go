@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,10 +50,7 @@ flags:
 // runScenario is `qm scenario run FILE [--live] ...`.
 func runScenario(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-		f := newScenarioFlags()
-		fmt.Fprint(stdout, scenarioUsage)
-		f.fs.SetOutput(stdout)
-		f.fs.PrintDefaults()
+		usageOf(scenarioUsage, newScenarioFlags().fs)(stdout)
 		return nil
 	}
 	if len(args) == 0 {
@@ -92,28 +88,10 @@ func newScenarioFlags() *scenarioFlags {
 
 func scenarioRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newScenarioFlags()
-	usage := func(w io.Writer) {
-		fmt.Fprint(w, scenarioUsage)
-		f.fs.SetOutput(w)
-		f.fs.PrintDefaults()
-		f.fs.SetOutput(io.Discard)
-	}
 	// Flags may come before or after the file, as with qm sim.
-	var files []string
-	rest := args
-	for {
-		if err := f.fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				usage(stdout)
-				return nil
-			}
-			return usageFail(stderr, "scenario run", usage, "%v", err)
-		}
-		if f.fs.NArg() == 0 {
-			break
-		}
-		files = append(files, f.fs.Arg(0))
-		rest = f.fs.Args()[1:]
+	usage, files, ok, err := parseFlagsAndFiles("scenario run", scenarioUsage, f.fs, args, stdout, stderr)
+	if !ok {
+		return err
 	}
 	if len(files) != 1 {
 		return usageFail(stderr, "scenario run", usage, "want one scenario file, got %d (%s)", len(files), strings.Join(files, " "))
