@@ -23,4 +23,10 @@
 // `qm report` puts predicted and measured side by side. Whatever the file
 // describes that the live run does not reproduce is listed in the result
 // under live.notModelled: a difference is named, never silent.
+//
+// It is also where scenario files meet the live tools, so that neither
+// depends on the scenario format: Topology converts a scenario to the
+// multi-cluster rig's own topology (LoadTopology reads either file for
+// `qm cluster up --topology`), and WorkloadOf turns one of its streams into
+// what loadgen drives (`qm load --scenario`).
 package live
