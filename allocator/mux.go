@@ -8,37 +8,31 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/net/http2/hpack"
+	"github.com/soheilhy/cmux"
 )
 
 // The shared port: gRPC and REST on one TLS listener, as Agones serves them
 // on 8443. Agones routes every request through grpc-go's ServeHTTP, which
 // its docs warn is markedly slower than grpc-go's own transport. Here the
-// choice is made once per connection instead: after the TLS handshake the
-// splitter reads the start of the connection and hands it, bytes replayed,
-// to grpc.Server's native HTTP/2 transport (gRPC) or to net/http (REST over
-// HTTP/1.1 or HTTP/2). After that the splitter is out of the path, so gRPC
-// on the shared port costs what it costs on a port of its own, plus one
-// peek per connection.
+// choice is made once per connection instead: after the TLS handshake
+// soheilhy/cmux reads the start of the connection and hands it, bytes
+// replayed, to grpc.Server's native HTTP/2 transport (gRPC: an HTTP/2
+// connection whose first request has content-type application/grpc) or to
+// net/http (REST over HTTP/1.1 or HTTP/2). After that the split is out of
+// the path but for a buffered read, so gRPC on the shared port costs what
+// it costs on a port of its own.
 //
-// An HTTP/2 connection is gRPC when its first request's content-type is
-// application/grpc (read by decoding the first HEADERS block with HPACK).
 // gRPC clients wait for the server's SETTINGS before sending a request, so
-// the splitter sends an empty SETTINGS frame after the client preface; the
+// cmux's matcher sends an empty SETTINGS frame after the client's; the
 // server a connection goes to sends its own as well, which HTTP/2 allows.
 // grpc-go ignores the extra acknowledgement; net/http counts them, so on a
-// REST connection the client's acknowledgement of the splitter's frame is
-// removed from the stream.
+// REST connection the client's acknowledgement of the matcher's frame is
+// removed from the stream (ackFilter).
 
-const (
-	http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-	// maxPeek bounds what the splitter buffers before deciding.
-	maxPeek = 64 << 10
-)
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // routeTimeout bounds the handshake and the first bytes (the HTTP/2 preface,
 // or enough of them to see it is HTTP/1): a client that connects and says
@@ -49,31 +43,17 @@ const (
 var routeTimeout = 10 * time.Second
 
 const (
-	frameHeaders      = 0x1
-	frameSettings     = 0x4
-	framePing         = 0x6
-	frameContinuation = 0x9
-	flagAck           = 0x1
-	flagEndHeaders    = 0x4
-	flagPadded        = 0x8
-	flagPriority      = 0x20
+	frameSettings = 0x4
+	flagAck       = 0x1
 )
-
-var emptySettings = []byte{0, 0, 0, frameSettings, 0, 0, 0, 0, 0}
 
 // splitter accepts connections on one listener and routes each to the
 // gRPC or the REST listener.
 type splitter struct {
-	ln      net.Listener
-	tls     *tls.Config // nil: plaintext (--insecure-disable-tls)
-	track   tracker     // nil: connections are not tracked
-	grpc    *chanListener
-	rest    *chanListener
-	log     *slog.Logger
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	routing map[net.Conn]struct{}
-	closed  bool
+	mux        cmux.CMux
+	root       *routingListener
+	grpc, rest net.Listener
+	done       chan struct{}
 }
 
 // tracker registers a connection with its TLS state, so that it can be
@@ -81,289 +61,230 @@ type splitter struct {
 type tracker func(c io.Closer, state *tls.ConnectionState) (untrack func())
 
 func newSplitter(ln net.Listener, cfg *tls.Config, track tracker, log *slog.Logger) *splitter {
+	root := &routingListener{Listener: ln, tls: cfg, track: track, routing: map[*routedConn]struct{}{}}
+	m := cmux.New(root)
+	m.HandleError(func(err error) bool {
+		var nm cmux.ErrNotMatched
+		if !errors.As(err, &nm) {
+			log.Debug("shared port", "err", err)
+		}
+		return true
+	})
+	grpcL := m.MatchWithWriters(cmux.HTTP2MatchHeaderFieldPrefixSendSettings("content-type", "application/grpc"))
+	// REST is any connection that said something: one that failed its
+	// handshake, or said nothing by the routing deadline, is closed.
+	restL := m.Match(func(r io.Reader) bool {
+		var b [1]byte
+		n, _ := r.Read(b[:])
+		return n == 1
+	})
 	return &splitter{
-		ln:      ln,
-		tls:     cfg,
-		track:   track,
-		grpc:    newChanListener(ln.Addr()),
-		rest:    newChanListener(ln.Addr()),
-		log:     log,
-		routing: map[net.Conn]struct{}{},
+		mux:  m,
+		root: root,
+		grpc: routedListener{Listener: grpcL, root: root, grpc: true},
+		rest: routedListener{Listener: restL, root: root},
+		done: make(chan struct{}),
 	}
 }
 
 // serve accepts until the listener is closed.
 func (s *splitter) serve() {
-	var delay time.Duration
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Out of file descriptors or similar: back off, as
-				// net/http does, rather than spin.
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
-			return
-		}
-		delay = 0
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.routing[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.route(c)
-	}
+	defer close(s.done)
+	_ = s.mux.Serve()
 }
 
 // close stops accepting, drops connections still being routed (they have
-// sent no complete request yet) and waits for routing to end; then closes
+// sent no complete request yet) and waits for routing to end, which closes
 // the two listeners so their servers' Serve returns.
 func (s *splitter) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.ln.Close()
-	for c := range s.routing {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-	s.grpc.Close()
-	s.rest.Close()
+	s.mux.Close()
+	_ = s.root.Close() // Serve returns once routing has ended
+	s.root.dropRouting()
+	<-s.done
 }
 
-func (s *splitter) route(raw net.Conn) {
-	defer func() {
-		s.mu.Lock()
-		delete(s.routing, raw)
-		s.mu.Unlock()
-		s.wg.Done()
-	}()
-	_ = raw.SetDeadline(time.Now().Add(routeTimeout))
-	var conn = raw
-	var state *tls.ConnectionState
-	if s.tls != nil {
-		tc := tls.Server(raw, s.tls)
-		if err := tc.Handshake(); err != nil {
-			s.log.Debug("TLS handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
-			raw.Close()
-			return
-		}
-		cs := tc.ConnectionState()
-		state, conn = &cs, tc
+// routingListener hands cmux connections with the routing deadline set,
+// their TLS handshake done on the first read.
+type routingListener struct {
+	net.Listener
+	tls   *tls.Config // nil: plaintext (--insecure-disable-tls)
+	track tracker     // nil: connections are not tracked
+
+	mu      sync.Mutex
+	routing map[*routedConn]struct{} // accepted, not yet handed to a server
+	closed  bool
+}
+
+// dropRouting closes the connections still being routed: they have sent
+// no complete request yet.
+func (l *routingListener) dropRouting() {
+	l.mu.Lock()
+	l.closed = true
+	cs := make([]*routedConn, 0, len(l.routing))
+	for c := range l.routing {
+		cs = append(cs, c)
 	}
-	untrack := func() {}
-	if s.track != nil && state != nil {
-		untrack = s.track(conn, state)
-	}
-	isGRPC, peeked, injected, err := sniff(conn)
-	if err != nil {
-		s.log.Debug("connection dropped before its first request", "remote", raw.RemoteAddr().String(), "err", err)
-		untrack()
-		conn.Close()
-		return
-	}
-	_ = raw.SetDeadline(time.Time{})
-	pc := &peekedConn{Conn: conn, buf: peeked, untrack: untrack}
-	var out net.Conn
-	var dst *chanListener
-	switch {
-	case isGRPC && state != nil:
-		out, dst = &tlsPeekedConn{peekedConn: pc, state: *state}, s.grpc
-	case isGRPC:
-		out, dst = pc, s.grpc
-	default:
-		rc := &restConn{peekedConn: pc, state: state}
-		if injected {
-			rc.filter = &ackFilter{r: pc}
-		}
-		out, dst = rc, s.rest
-	}
-	if !dst.deliver(out) {
-		untrack()
-		conn.Close()
+	l.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
 	}
 }
 
-// sniff reads the start of a connection and tells whether it is gRPC. It
-// returns the bytes read, to be replayed, and whether it wrote a SETTINGS
-// frame to the client.
-func sniff(c net.Conn) (isGRPC bool, peeked []byte, injected bool, err error) {
-	buf := make([]byte, 0, 512)
-	// The preface, or enough to see this is not HTTP/2.
-	for len(buf) < len(http2Preface) {
-		if !strings.HasPrefix(http2Preface, string(buf)) {
-			return false, buf, false, nil
-		}
-		buf, err = readSome(c, buf)
-		if err != nil {
-			return false, nil, false, err
-		}
-	}
-	if !strings.HasPrefix(string(buf), http2Preface) {
-		return false, buf, false, nil
-	}
-	if _, err := c.Write(emptySettings); err != nil {
-		return false, nil, false, err
-	}
-	// The preface came in time: from here the client may wait as long as
-	// it likes before its first request.
-	_ = c.SetDeadline(time.Time{})
-	pos := len(http2Preface)
-	var block []byte
-	inHeaders := false
+// routed forgets c: handed to a server, or closed.
+func (l *routingListener) routed(c *routedConn) {
+	l.mu.Lock()
+	delete(l.routing, c)
+	l.mu.Unlock()
+}
+
+func (l *routingListener) Accept() (net.Conn, error) {
 	for {
-		for len(buf) < pos+9 {
-			if buf, err = readSome(c, buf); err != nil {
-				return false, nil, true, err
+		raw, err := l.Listener.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Out of file descriptors or similar: cmux tries again.
+				time.Sleep(5 * time.Millisecond)
 			}
+			return nil, err
 		}
-		h := buf[pos : pos+9]
-		n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
-		typ, flags := h[3], h[4]
-		if pos+9+n > maxPeek {
-			return false, nil, true, errors.New("first HTTP/2 request is too large to route")
+		_ = raw.SetDeadline(time.Now().Add(routeTimeout))
+		c := &routedConn{Conn: raw, raw: raw, track: l.track, from: l}
+		if l.tls != nil {
+			c.tc = tls.Server(raw, l.tls)
+			c.Conn = c.tc
 		}
-		for len(buf) < pos+9+n {
-			if buf, err = readSome(c, buf); err != nil {
-				return false, nil, true, err
-			}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			raw.Close()
+			return nil, net.ErrClosed
 		}
-		payload := buf[pos+9 : pos+9+n]
-		if typ == framePing && flags&flagAck == 0 && n == 8 && !inHeaders {
-			// A client's keepalive while it waits to send its first
-			// request: answer it here (a client that hears nothing
-			// closes the connection) and keep it out of the replay, so
-			// the server the connection goes to does not answer again.
-			ack := append([]byte{0, 0, 8, framePing, flagAck, 0, 0, 0, 0}, payload...)
-			if _, err := c.Write(ack); err != nil {
-				return false, nil, true, err
-			}
-			buf = append(buf[:pos], buf[pos+9+n:]...)
-			continue
-		}
-		pos += 9 + n
-		switch {
-		case typ == frameHeaders && !inHeaders:
-			frag, ok := headerFragment(payload, flags)
-			if !ok {
-				return false, buf, true, nil // malformed: let net/http answer it
-			}
-			block = append(block, frag...)
-			inHeaders = true
-		case typ == frameContinuation && inHeaders:
-			block = append(block, payload...)
-		case inHeaders:
-			return false, buf, true, nil // protocol error: net/http will say so
-		default:
-			continue // SETTINGS, WINDOW_UPDATE, PRIORITY... before the request
-		}
-		if flags&flagEndHeaders != 0 {
-			return isGRPCHeaders(block), buf, true, nil
-		}
+		l.routing[c] = struct{}{}
+		l.mu.Unlock()
+		return c, nil
 	}
 }
 
-func readSome(c net.Conn, buf []byte) ([]byte, error) {
-	if len(buf) == cap(buf) {
-		if cap(buf) >= maxPeek {
-			return nil, errors.New("too much data before the first request")
-		}
-		buf = append(buf, make([]byte, cap(buf))...)[:len(buf)]
-	}
-	n, err := c.Read(buf[len(buf):cap(buf)])
-	buf = buf[:len(buf)+n]
-	if n > 0 {
-		return buf, nil
-	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return nil, err
-}
-
-// headerFragment strips a HEADERS frame's padding and priority fields.
-func headerFragment(p []byte, flags byte) ([]byte, bool) {
-	pad := 0
-	if flags&flagPadded != 0 {
-		if len(p) < 1 {
-			return nil, false
-		}
-		pad = int(p[0])
-		p = p[1:]
-	}
-	if flags&flagPriority != 0 {
-		if len(p) < 5 {
-			return nil, false
-		}
-		p = p[5:]
-	}
-	if pad > len(p) {
-		return nil, false
-	}
-	return p[:len(p)-pad], true
-}
-
-func isGRPCHeaders(block []byte) bool {
-	found := false
-	d := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
-		if f.Name == "content-type" && strings.HasPrefix(f.Value, "application/grpc") {
-			found = true
-		}
-	})
-	d.SetMaxStringLength(maxPeek)
-	if _, err := d.Write(block); err != nil {
-		return false
-	}
-	return found
-}
-
-// peekedConn replays the bytes the splitter read, then reads the
-// connection.
-type peekedConn struct {
+// routedConn is a connection being routed, and then served: it does the
+// TLS handshake (and starts the tracking) on its first read, and lifts the
+// routing deadline once the start of the connection is known (the HTTP/2
+// preface whole, or bytes that are not it).
+type routedConn struct {
 	net.Conn
-	buf     []byte
+	raw     net.Conn
+	from    *routingListener
+	tc      *tls.Conn
+	track   tracker
+	state   *tls.ConnectionState
 	untrack func()
+	start   []byte // the connection's first bytes, up to the preface's length
+	routed  bool   // the deadline is lifted
+	h2      bool   // the connection began with the HTTP/2 preface
+	mu      sync.Mutex
+}
+
+func (c *routedConn) Read(p []byte) (int, error) {
+	if c.tc != nil && c.state == nil {
+		if err := c.tc.Handshake(); err != nil {
+			return 0, err
+		}
+		cs := c.tc.ConnectionState()
+		c.mu.Lock()
+		c.state = &cs
+		if c.track != nil {
+			c.untrack = c.track(c, c.state)
+		}
+		c.mu.Unlock()
+	}
+	n, err := c.Conn.Read(p)
+	if !c.routed && n > 0 {
+		c.start = append(c.start, p[:min(n, len(http2Preface)-len(c.start))]...)
+		switch {
+		case !bytes.HasPrefix([]byte(http2Preface), c.start):
+			c.routed = true
+		case len(c.start) == len(http2Preface):
+			c.routed, c.h2 = true, true
+		}
+		if c.routed {
+			// From here an HTTP/2 client may wait as long as it likes
+			// before its first request.
+			_ = c.raw.SetDeadline(time.Time{})
+		}
+	}
+	return n, err
 }
 
 // Close ends the connection's tracking too.
-func (c *peekedConn) Close() error {
-	if c.untrack != nil {
-		c.untrack()
+func (c *routedConn) Close() error {
+	c.mu.Lock()
+	untrack := c.untrack
+	c.untrack = nil
+	c.mu.Unlock()
+	if untrack != nil {
+		untrack()
 	}
+	c.from.routed(c)
 	return c.Conn.Close()
 }
 
-func (c *peekedConn) Read(p []byte) (int, error) {
-	if len(c.buf) > 0 {
-		n := copy(p, c.buf)
-		c.buf = c.buf[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
+// routedListener hands a server the connections cmux matched for it,
+// with what the server needs to know of them.
+type routedListener struct {
+	net.Listener
+	root *routingListener
+	grpc bool
 }
 
-// tlsPeekedConn is a gRPC connection; grpc.Server's credentials read the
+// Close does nothing: the splitter owns the listener underneath, and its
+// close ends Accept.
+func (l routedListener) Close() error { return nil }
+
+func (l routedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	mc, ok := c.(*cmux.MuxConn)
+	if !ok {
+		return c, nil
+	}
+	rc, _ := mc.Conn.(*routedConn)
+	if rc == nil {
+		return c, nil
+	}
+	l.root.routed(rc)
+	// Whatever was routed is in cmux's buffer by now; the deadline may
+	// still stand on a connection cmux decided on from fewer bytes.
+	_ = rc.raw.SetDeadline(time.Time{})
+	switch {
+	case l.grpc && rc.state != nil:
+		return &tlsRoutedConn{Conn: mc, state: *rc.state}, nil
+	case l.grpc:
+		return mc, nil
+	}
+	out := &restConn{Conn: mc, state: rc.state}
+	if rc.h2 {
+		out.filter = &ackFilter{r: mc}
+	}
+	return out, nil
+}
+
+// tlsRoutedConn is a gRPC connection; grpc.Server's credentials read the
 // handshake's result from it (mtls.HandshakenCredentials).
-type tlsPeekedConn struct {
-	*peekedConn
+type tlsRoutedConn struct {
+	net.Conn
 	state tls.ConnectionState
 }
 
-func (c *tlsPeekedConn) ConnectionState() tls.ConnectionState { return c.state }
+func (c *tlsRoutedConn) ConnectionState() tls.ConnectionState { return c.state }
 
 // restConn is a REST connection. It deliberately has no ConnectionState
 // method: net/http serves HTTP/2 on a connection it does not know as TLS
 // only as "unencrypted HTTP/2", which is what this is from its point of
 // view (TLS is done). The TLS state reaches handlers through ConnContext.
 type restConn struct {
-	*peekedConn
+	net.Conn
 	state  *tls.ConnectionState
 	filter *ackFilter
 }
@@ -372,11 +293,11 @@ func (c *restConn) Read(p []byte) (int, error) {
 	if c.filter != nil {
 		return c.filter.Read(p)
 	}
-	return c.peekedConn.Read(p)
+	return c.Conn.Read(p)
 }
 
 // ackFilter passes an HTTP/2 byte stream through, less the first SETTINGS
-// acknowledgement after the preface: the client's answer to the splitter's
+// acknowledgement after the preface: the client's answer to the matcher's
 // SETTINGS frame, which net/http did not send.
 type ackFilter struct {
 	r       io.Reader
@@ -422,40 +343,3 @@ func (f *ackFilter) Read(p []byte) (int, error) {
 		f.remain = n
 	}
 }
-
-// chanListener is a net.Listener fed by the splitter.
-type chanListener struct {
-	addr net.Addr
-	ch   chan net.Conn
-	done chan struct{}
-	once sync.Once
-}
-
-func newChanListener(addr net.Addr) *chanListener {
-	return &chanListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *chanListener) deliver(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.done:
-		return false
-	}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return l.addr }

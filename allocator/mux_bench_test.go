@@ -1,23 +1,17 @@
 package allocator_test
 
-// The shared port's splitter (mux.go) against the same port built from a
-// kept connection multiplexer, soheilhy/cmux, as etcd shares its client
-// port. cmux brings the matcher (including the SETTINGS gRPC clients wait
-// for) but not the rest the allocator needs around it: the TLS state for
-// grpc-go (its connections are *cmux.MuxConn wrapping the *tls.Conn, so a
-// wrapper is needed here too), REST over HTTP/2 (net/http then sees the
-// client's acknowledgement of cmux's SETTINGS, which mux.go filters out;
-// this benchmark's cmux port serves REST over HTTP/1.1 only), connection
-// tracking for client CA removal, and a routing deadline limited to the
-// preface (cmux's SetReadTimeout bounds the whole match, the idle-channel
-// bug mux.go fixed). Its last release is v0.1.5 (2021).
+// The shared port's splitter (mux.go: soheilhy/cmux with what the
+// allocator needs around it: the TLS state for grpc-go, REST over HTTP/2
+// with the matcher's SETTINGS acknowledgement filtered out, connection
+// tracking for client CA removal, a routing deadline limited to the
+// preface) against bare cmux as etcd shares its client port (REST over
+// HTTP/1.1 only here): what the wrapping costs.
 //
 //	go test -run '^$' -bench 'SharedPortVsCmux' -benchtime 1x ./allocator/
 //
 // Two measures, interleaved over rounds: closed-loop allocations on one
-// long-lived connection (after routing neither is in the path, except that
-// cmux keeps every read going through its MuxConn), and connection set-up
-// (dial, TLS, routing, one allocation, close), where the routing runs.
+// long-lived connection, and connection set-up (dial, TLS, routing, one
+// allocation, close), where the routing runs.
 
 import (
 	"context"
