@@ -214,8 +214,11 @@ measure() {
 	# fails on.
 	if has service; then
 		# The side's server on one P (see the benchmarks), this tree's
-		# qm load as the driver for both sides.
-		LOAD_CLIENT=$tmp/cur/qm LOAD_SERVER_ENV=GOMAXPROCS=1 LOAD_SERVERS=150000 bash mk/load.sh "$bin/qm" "$out/$side" "load-echo.r$r" \
+		# qm load as the driver for both sides (the side's own when only
+		# one is measured).
+		local driver=$tmp/cur/qm
+		[[ -x $driver ]] || driver=$bin/qm
+		LOAD_CLIENT=$driver LOAD_SERVER_ENV=GOMAXPROCS=1 LOAD_SERVERS=150000 bash mk/load.sh "$bin/qm" "$out/$side" "load-echo.r$r" \
 			--workers 32 --duration "$load_duration" --window 500ms --progress never >/dev/null || [[ $? -eq 2 ]]
 	fi
 	if has forward; then

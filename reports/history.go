@@ -69,14 +69,14 @@ func LoadHistory(path string) (*History, error) {
 }
 
 // Record appends an entry for commit measured at date: the current side of
-// every gated row of c.
+// every gated row of c but the scenarios' outputs (gated exactly).
 func (h *History) Record(commit, date string, c *Comparison) error {
 	if commit == "" {
 		return errors.New("history: a recorded baseline needs its commit")
 	}
 	e := HistoryEntry{Commit: commit, Date: date, Figures: map[string]HistoryPoint{}}
 	for _, r := range c.Rows {
-		if r.Gated && r.Current != nil {
+		if r.Gated && r.Current != nil && r.Kind != KindSim {
 			e.Figures[r.Figure] = HistoryPoint{Unit: r.Unit, N: r.Current.N, Center: r.Current.Center, Lo: r.Current.Lo, Hi: r.Current.Hi}
 		}
 	}
@@ -105,7 +105,9 @@ func (r *Report) trendSection() (section, error) {
 			" (make perf-baseline), oldest first, then this run's baseline build and this build. Each step may pass the gate while the line drifts; the line shows it."}
 	var names []string
 	for _, row := range r.Comparison.Rows {
-		if row.Gated {
+		// A scenario's outputs are gated exactly, so their history is a
+		// flat line until a declared change: no trend to draw.
+		if row.Gated && row.Kind != KindSim {
 			names = append(names, row.Figure)
 		}
 	}
