@@ -14,7 +14,7 @@ import (
 
 // readmes are the pages whose shell blocks a newcomer copies from.
 var readmes = []string{"README.md", "allocator/README.md", "scenarios/README.md", "reports/README.md", "loadgen/README.md", "trace/README.md", "plan/README.md",
-	"docs/performance.md", "docs/local-clusters.md", "docs/policy-windows.md", "docs/rigs.md"}
+	"docs/performance.md", "docs/local-clusters.md", "docs/policy-windows.md", "docs/rigs.md", "e2e/multicluster/README.md"}
 
 // bareWord is what a subcommand looks like.
 var bareWord = regexp.MustCompile(`^[a-z]+$`)
