@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +39,61 @@ func runSimSeeds(ctx context.Context, file string, sc *scenarios.Scenario, n, wo
 	if !quiet {
 		fmt.Fprintf(stderr, "qm sim: %d runs in %s\n", n, time.Since(start).Round(time.Millisecond))
 	}
+	return writeSpread(res, out, quiet, stdout, stderr)
+}
+
+const simMergeUsage = `usage: qm sim merge [--out spread.json] [--quiet] RUN.json...
+
+Merges the reports of one scenario under different seeds (qm sim --seeds N
+--index I --out RUN.json, one per index) into each figure's spread, as
+qm sim --seeds N reports it; the order of the files does not matter (the
+runs are put in seed order). Exit status 2 when a run missed an
+expectation.
+
+flags:
+`
+
+// runSimMerge is qm sim merge: the runs' reports, in seed order, through
+// the same merge as qm sim --seeds.
+func runSimMerge(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm sim merge", flag.ContinueOnError)
+	out := fs.String("out", "", "write the merged spread as JSON to this file (\"-\": to stdout)")
+	quiet := fs.Bool("quiet", false, "no table; only failures")
+	usage, files, ok, err := parseFlagsAndFiles("sim merge", simMergeUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
+	}
+	if len(files) == 0 {
+		return usageFail(stderr, "sim merge", usage, "no run reports given")
+	}
+	var reps []*scenarios.Report
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var rep scenarios.Report
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			return fmt.Errorf("%s: not a qm sim report: %w", f, err)
+		}
+		if rep.Kind != "SimulationReport" || rep.Results == nil {
+			return fmt.Errorf("%s: not a qm sim report (kind %q); qm sim --out writes one", f, rep.Kind)
+		}
+		reps = append(reps, &rep)
+	}
+	sort.SliceStable(reps, func(i, j int) bool { return reps[i].Results.Seed < reps[j].Results.Seed })
+	res, err := plan.MergeSeeds(reps)
+	if err != nil {
+		return err
+	}
+	return writeSpread(res, *out, *quiet, stdout, stderr)
+}
+
+// writeSpread writes res to out (if any) and the table or the failures to
+// stdout; exit status 2 when a run missed an expectation.
+func writeSpread(res *plan.SeedRuns, out string, quiet bool, stdout, stderr io.Writer) error {
 	if out != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {

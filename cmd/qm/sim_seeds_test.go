@@ -47,6 +47,35 @@ func TestSimSeeds(t *testing.T) {
 	if res.Kind != plan.SpreadKind || len(res.Runs) != 3 || res.Runs[2].Results.Seed != 9 {
 		t.Fatalf("%+v", res)
 	}
+	// Each seed run alone (--index, as an Indexed Job's pods do) and merged,
+	// in any order, is byte for byte what --seeds wrote.
+	var runs []string
+	for _, i := range []string{"2", "0", "1"} {
+		run := filepath.Join(dir, "run"+i+".json")
+		if code, stdout, stderr := runQM("sim", scFile, "--quiet", "--seeds", "3", "--index", i, "--out", run); code != 0 {
+			t.Fatalf("--index %s: exit %d\n%s\n%s", i, code, stdout, stderr)
+		}
+		runs = append(runs, run)
+	}
+	merged := filepath.Join(dir, "merged.json")
+	code, stdout, stderr := runQM(append([]string{"sim", "merge", "--out", merged}, runs...)...)
+	if code != 0 || !strings.Contains(stdout, "under 3 seeds (7..9)") {
+		t.Fatalf("merge: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if b, err := os.ReadFile(merged); err != nil || !bytes.Equal(b, outs[0]) {
+		t.Fatalf("merged runs differ from --seeds 3 (%v):\n%s", err, b)
+	}
+	if code, stdout, _ := runQM("sim", "merge", "-h"); code != 0 || !strings.Contains(stdout, "usage: qm sim merge") {
+		t.Errorf("qm sim merge -h: exit %d\n%s", code, stdout)
+	}
+	// A run twice, or a file that is no run report, is refused by name.
+	if code, _, stderr := runQM("sim", "merge", runs[0], runs[0]); code != 1 || !strings.Contains(stderr, "seed 9 is in the merge twice") {
+		t.Errorf("same run twice: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runQM("sim", "merge", runs[0], scFile); code != 1 || !strings.Contains(stderr, scFile+": not a qm sim report") {
+		t.Errorf("a scenario file merged: exit %d, %s", code, stderr)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -54,6 +83,9 @@ func TestSimSeeds(t *testing.T) {
 		{[]string{"sim", scFile, "--seeds", "0"}, "--seeds 0: want 1 or more"},
 		{[]string{"sim", scFile, "--seeds", "2", "--workers", "0"}, "--workers 0: want 1 or more"},
 		{[]string{"sim", scFile, "--seeds", "2", "--replay", "t.json"}, "--seeds and --replay"},
+		{[]string{"sim", scFile, "--seeds", "2", "--index", "2"}, "--index 2: want 0..1"},
+		{[]string{"sim", "merge"}, "no run reports given"},
+		{[]string{"sim", "merge", "--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		code, _, stderr := runQM(tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {
