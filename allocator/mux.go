@@ -242,6 +242,10 @@ func (l routedListener) Close() error { return nil }
 
 func (l routedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
+	if errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) {
+		// The splitter was closed: the end servers expect, not a failure.
+		return nil, net.ErrClosed
+	}
 	if err != nil {
 		return nil, err
 	}

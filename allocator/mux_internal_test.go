@@ -2,8 +2,12 @@ package allocator
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -30,5 +34,35 @@ func TestAckFilter(t *testing.T) {
 	}
 	if !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("filtered stream differs:\ngot  %x\nwant %x", got, want.Bytes())
+	}
+}
+
+// Once the splitter is closed its listeners say so as a closed listener
+// does (net.ErrClosed), which the servers take for the end, not for a
+// failure to report.
+func TestSplitterCloseEndsAccept(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSplitter(ln, nil, nil, slog.New(slog.DiscardHandler))
+	go s.serve()
+	errs := make(chan error, 2)
+	for _, l := range []net.Listener{s.grpc, s.rest} {
+		go func() {
+			_, err := l.Accept()
+			errs <- err
+		}()
+	}
+	s.close()
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Accept after close: %v, want net.ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Accept still waiting 10 s after the splitter closed")
+		}
 	}
 }
