@@ -1,6 +1,8 @@
 package allocator
 
 import (
+	"errors"
+
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -19,10 +21,23 @@ type codec struct {
 	proto encoding.CodecV2
 	// requests are the allocation requests seen before (prepared.go).
 	requests *requestCache
+	// wantsMessage, if set, says whether requests are wanted as messages
+	// (a tracer records them as sent).
+	wantsMessage func() bool
 }
 
 func newCodec() *codec {
 	return &codec{proto: encoding.GetCodecV2(protocodec.Name), requests: newRequestCache()}
+}
+
+// newServerCodec is svc's gRPC server's codec: requests come as messages
+// while svc's tracer records them.
+func newServerCodec(svc *Service) *codec {
+	c := newCodec()
+	if svc != nil {
+		c.wantsMessage = func() bool { return svc.tracer.Load() != nil }
+	}
+	return c
 }
 
 // vtMessage is a message with vtprotobuf's generated encoder.
@@ -57,10 +72,14 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 const minPooled = 1<<10 + 1
 
 // Unmarshal decodes an allocation request into a *request: the prepared
-// request of the same bytes when there is one, else a new message
-// (wire.DecodeRequest: vtprotobuf's generated decoder, answering as the
-// proto library does). Everything else is grpc-go's codec's. Bytes that
-// are not an AllocationRequest are an error here (gRPC answers Internal).
+// request of the same bytes when there is one; else, for a request that
+// is not forwarded (and while no tracer wants the message), its core form
+// read straight from the bytes (wire.DecodeRequestToCore); else the
+// message (wire.DecodeRequest, vtprotobuf's generated decoder answering
+// as the proto library does). Everything else is grpc-go's codec's. Bytes
+// that are not an AllocationRequest are an error here (gRPC answers
+// Internal); a request the conversion refuses is not: it is decoded as a
+// message, and the pipeline answers InvalidArgument.
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	r, ok := v.(*request)
 	if !ok {
@@ -70,14 +89,25 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	defer buf.Free()
 	b := buf.ReadOnlyData()
 	if p := c.requests.get(b); p != nil {
-		r.sent, r.prep = p.sent, p
+		r.sent, r.decoded, r.conv, r.prep = p.sent, p.decoded, p.conv, p
 		return nil
+	}
+	if c.wantsMessage == nil || !c.wantsMessage() {
+		conv, err := wire.DecodeRequestToCore(b, r.sel[:0])
+		if errors.Is(err, wire.ErrMalformed) {
+			return err
+		}
+		if err == nil && !conv.MultiCluster.Enabled {
+			r.conv, r.decoded = conv, true
+			r.prep = c.requests.put(b, nil, &r.conv)
+			return nil
+		}
 	}
 	sent, err := wire.DecodeRequest(b)
 	if err != nil {
 		return err
 	}
-	r.sent, r.prep = sent, c.requests.put(b, sent)
+	r.sent, r.prep = sent, c.requests.put(b, sent, nil)
 	return nil
 }
 

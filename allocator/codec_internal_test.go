@@ -40,13 +40,29 @@ func TestCodecDecodesRequests(t *testing.T) {
 		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, r); err != nil {
 			t.Fatal(err)
 		}
-		if !proto.Equal(r.sent, sent) {
-			t.Fatalf("decoded %v, want %v", r.sent, sent)
+		if !r.decoded || r.sent != nil || !proto.Equal(r.message(), sent) {
+			t.Fatalf("decoded %v (as a message: %v), want %v in the core's form", r.message(), r.sent != nil, sent)
 		}
 		rs = append(rs, r)
 	}
-	if rs[0].prep != nil || rs[1].prep == nil || rs[2].prep != rs[1].prep || rs[2].sent != rs[1].prep.sent {
+	if rs[0].prep != nil || rs[1].prep == nil || rs[2].prep != rs[1].prep || !rs[2].prep.decoded {
 		t.Fatal("kept the second time, and shared from then on")
+	}
+	// A request to forward, one the conversion refuses, and any while a
+	// tracer wants them are decoded as messages.
+	multi := &allocation.AllocationRequest{MultiClusterSetting: &allocation.MultiClusterSetting{Enabled: true}}
+	invalid := &allocation.AllocationRequest{Namespace: "ns", Scheduling: 7}
+	for name, m := range map[string]*allocation.AllocationRequest{"multi-cluster": multi, "invalid": invalid} {
+		mb, _ := proto.Marshal(m)
+		r := new(request)
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(mb)}, r); err != nil || r.decoded || !proto.Equal(r.sent, m) {
+			t.Errorf("%s: decoded %v, %v (core form: %v)", name, r.sent, err, r.decoded)
+		}
+	}
+	traced := newCodec()
+	traced.wantsMessage = func() bool { return true }
+	if r := new(request); traced.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, r) != nil || r.decoded || !proto.Equal(r.sent, sent) {
+		t.Errorf("while traced: %v, core form %v", r.sent, r.decoded)
 	}
 	for name, bad := range map[string][]byte{"truncated": {0x0a, 0x07}, "not UTF-8": {0x0a, 0x01, 0xff}} {
 		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bad)}, new(request)); err == nil {
@@ -336,7 +352,7 @@ func TestPreparedRequests(t *testing.T) {
 			t.Fatalf("sent %d: %s's server has annotations %v", i, who, gs.AllAnnotations())
 		}
 	}
-	if p := c.requests.get(tagged); p == nil || len(p.sent.Metadata.Annotations) != 1 {
+	if p := c.requests.get(tagged); p == nil || len(p.conv.Metadata.Annotations) != 1 {
 		t.Fatalf("the prepared request's annotations: %v", p)
 	}
 

@@ -20,6 +20,7 @@ import (
 //  1. decode: the front end turns bytes into a request (the gRPC codec,
 //     codec.go, or the REST handler, rest.go); the gRPC front end also
 //     finds the prepared request of bytes it has seen before (prepared.go).
+//     After decoding, a request has one form (see request).
 //  2. identify: the front end names the caller from its certificate.
 //  3. normalize, once: the request in the core's form for this caller
 //     (its owner annotation, the re-allocation restriction) and checked.
@@ -33,12 +34,55 @@ import (
 // Every allocation is counted and logged (observe) and traced (trace) in
 // serve, whichever front end it came through.
 
-// request is an allocation request after decoding: the message as sent,
-// which is only read (a prepared request's is shared by every call that
-// sent the same bytes), and the prepared request it belongs to, if any.
+// request is an allocation request after decoding, in one of two forms:
+// the message as sent, or, for a request the gRPC codec read that is not
+// forwarded, the core's form it read the bytes into (the message would be
+// garbage the moment it was converted). The pipeline reads either through
+// namespace, coreForm and message. A prepared request's forms are shared
+// by every call that sent the same bytes, and only read.
 type request struct {
 	sent *allocation.AllocationRequest
-	prep *preparedRequest
+	// decoded says conv holds the request (sent may then be nil).
+	decoded bool
+	conv    core.Request
+	prep    *preparedRequest
+	// sel is conv.Selectors' storage for the usual one selector.
+	sel [1]core.Selector
+}
+
+// namespace is the namespace as sent.
+func (r *request) namespace() string {
+	if r.decoded {
+		return r.conv.Namespace
+	}
+	return r.sent.GetNamespace()
+}
+
+// coreForm is the request in the core's form, before normalization, and
+// whether its maps are this call's own (its annotations may take the
+// owner's); its selectors are always its own.
+func (r *request) coreForm() (core.Request, bool, error) {
+	if !r.decoded {
+		req, err := wire.RequestToCore(r.sent)
+		return req, true, err
+	}
+	req := r.conv
+	if r.prep == nil {
+		return req, true, nil
+	}
+	req.Selectors = append([]core.Selector(nil), req.Selectors...)
+	req.Preferred = append([]core.Selector(nil), req.Preferred...)
+	return req, false, nil
+}
+
+// message is the request as an AllocationRequest: as sent, or made back
+// from the core's form (wire.RequestFromCore, its inverse).
+func (r *request) message() *allocation.AllocationRequest {
+	if r.sent != nil || !r.decoded {
+		return r.sent
+	}
+	m, _ := wire.RequestFromCore(&r.conv)
+	return m
 }
 
 // outcome is what serving a request came to, for the caller, the metrics
@@ -66,13 +110,13 @@ func (s *Service) serve(ctx context.Context, identity string, r request) (*alloc
 
 	o := s.allocate(ctx, identity, r)
 	s.observe(ctx, identity, start, o)
-	s.trace(start, r.sent, o)
+	s.trace(start, &r, o)
 	return o.resp, o.err
 }
 
 // allocate is steps 3 to 5.
 func (s *Service) allocate(ctx context.Context, identity string, r request) outcome {
-	o := outcome{ns: r.sent.GetNamespace()}
+	o := outcome{ns: r.namespace()}
 	if o.ns == "" {
 		o.ns = core.DefaultNamespace
 	}
@@ -108,7 +152,7 @@ func (s *Service) normalize(identity, ns string, r request, limits *limiter) (*c
 			return req, nil
 		}
 	}
-	req, err := wire.RequestToCore(r.sent)
+	req, own, err := r.coreForm()
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -118,7 +162,7 @@ func (s *Service) normalize(identity, ns string, r request, limits *limiter) (*c
 	if !limits.isAdmin(identity) {
 		ownedOnly(&req, identity)
 	}
-	norm, err := s.owned(&req, identity)
+	norm, err := s.owned(&req, identity, own)
 	if err != nil {
 		return nil, err
 	}
@@ -130,9 +174,9 @@ func (s *Service) normalize(identity, ns string, r request, limits *limiter) (*c
 
 // owned normalizes req with identity's ownership on what it allocates: the
 // owner annotation goes after the caller's own annotations, so that it
-// cannot be forged.
-func (s *Service) owned(req *core.Request, identity string) (*core.Request, error) {
-	req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity)
+// cannot be forged. own says req's annotations are its own to add to.
+func (s *Service) owned(req *core.Request, identity string, own bool) (*core.Request, error) {
+	req.Metadata.Annotations = s.withOwner(req.Metadata.Annotations, identity, own)
 	norm, err := core.Normalize(req)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -145,14 +189,14 @@ func (s *Service) owned(req *core.Request, identity string) (*core.Request, erro
 // (a counter or list action on its own session adds nothing to what it
 // holds). ok is false when it has none.
 func (s *Service) reallocationOnly(identity, ns string, r request) (_ *core.Request, ok bool) {
-	req, err := wire.RequestToCore(r.sent)
+	req, own, err := r.coreForm()
 	if err != nil || !keepReallocations(&req) {
 		return nil, false
 	}
 	req.Namespace = ns
 	req.MultiCluster.Enabled = false
 	ownedOnly(&req, identity)
-	norm, err := s.owned(&req, identity)
+	norm, err := s.owned(&req, identity, own)
 	return norm, err == nil
 }
 
@@ -291,9 +335,10 @@ func (s *Service) observe(ctx context.Context, identity string, start time.Time,
 // withOwner returns annotations plus the owner's. The common request sets
 // no annotations of its own; it gets a map per identity made once (never
 // modified: the core copies it into, or shares it with, the server it
-// allocates). Other annotations are the request's own (converted for this
-// call, kept nowhere else), and the owner goes into them.
-func (s *Service) withOwner(annotations map[string]string, identity string) map[string]string {
+// allocates). own says annotations is the request's alone (decoded or
+// converted for this call, kept nowhere else): the owner then goes into
+// it, instead of into a copy.
+func (s *Service) withOwner(annotations map[string]string, identity string, own bool) map[string]string {
 	if len(annotations) == 0 {
 		if m, ok := s.ownerMaps.Load(identity); ok {
 			return m.(map[string]string)
@@ -304,8 +349,16 @@ func (s *Service) withOwner(annotations map[string]string, identity string) map[
 		}
 		return m
 	}
-	annotations[OwnerAnnotation] = identity
-	return annotations
+	if own {
+		annotations[OwnerAnnotation] = identity
+		return annotations
+	}
+	ann := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		ann[k] = v
+	}
+	ann[OwnerAnnotation] = identity
+	return ann
 }
 
 // maxOwnerMaps bounds the cached owner maps (one per identity seen).
@@ -325,6 +378,7 @@ func selectorFleet(r *core.Request) (string, bool) {
 	return fleet, fleet != ""
 }
 
+// allocateStatus is the status of the backend's refusal of r.
 func (s *Service) allocateStatus(err error, r *core.Request) error {
 	var inv *core.InvalidRequestError
 	switch {

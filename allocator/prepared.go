@@ -28,11 +28,14 @@ const (
 	maxPreparedBytes = 1024
 )
 
-// preparedRequest is a request as decoded, shared by every call that sends
-// the same bytes. sent is never modified once it is in the cache.
+// preparedRequest is a request as decoded (see request), shared by every
+// call that sends the same bytes. Nothing in it is modified once it is in
+// the cache.
 type preparedRequest struct {
-	sent *allocation.AllocationRequest
-	norm atomic.Pointer[normalizedRequest]
+	sent    *allocation.AllocationRequest
+	decoded bool
+	conv    core.Request
+	norm    atomic.Pointer[normalizedRequest]
 	// memo is sent's forwarded encodings (forward.Memo), for a
 	// multi-cluster request.
 	memo forward.Memo
@@ -87,9 +90,10 @@ func (c *requestCache) get(b []byte) *preparedRequest {
 	return p
 }
 
-// put prepares sent (just decoded from b; the cache keeps it) and returns
-// it, or nil when b is too large to keep or seen for the first time.
-func (c *requestCache) put(b []byte, sent *allocation.AllocationRequest) *preparedRequest {
+// put prepares the request just decoded from b (sent, or conv, whose
+// selectors it copies; the cache keeps the rest) and returns it, or nil
+// when b is too large to keep or seen for the first time.
+func (c *requestCache) put(b []byte, sent *allocation.AllocationRequest, conv *core.Request) *preparedRequest {
 	if len(b) > maxPreparedBytes {
 		return nil
 	}
@@ -101,6 +105,11 @@ func (c *requestCache) put(b []byte, sent *allocation.AllocationRequest) *prepar
 		return nil
 	}
 	p := &preparedRequest{sent: sent}
+	if conv != nil {
+		p.decoded, p.conv = true, *conv
+		p.conv.Selectors = append([]core.Selector(nil), conv.Selectors...)
+		p.conv.Preferred = append([]core.Selector(nil), conv.Preferred...)
+	}
 	if len(c.m) >= maxPreparedRequests {
 		clear(c.m)
 	}

@@ -204,7 +204,7 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 		// their grown stacks; when all are busy grpc-go starts a goroutine
 		// per request.
 		grpc.NumStreamWorkers(cmp.Or(o.StreamWorkers, streamWorkers())),
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(newServerCodec(o.Service)),
 	)
 }
 

@@ -125,12 +125,12 @@ func (t *Tracer) Close() error { return t.a.Close() }
 func (s *Service) SetTracer(t *Tracer) { s.tracer.Store(t) }
 
 // trace hands one answered request to the tracer, if there is one.
-func (s *Service) trace(start time.Time, in *allocation.AllocationRequest, o outcome) {
+func (s *Service) trace(start time.Time, r *request, o outcome) {
 	t := s.tracer.Load()
 	if t == nil {
 		return
 	}
-	it := traceItem{at: start, latency: time.Since(start), req: in, retries: o.retries}
+	it := traceItem{at: start, latency: time.Since(start), req: r.message(), retries: o.retries}
 	if o.err != nil {
 		it.code = status.Code(o.err)
 	} else if o.resp != nil {

@@ -9,5 +9,5 @@ import (
 // TraceHook runs the request path's part of tracing for a forwarded
 // answer, for the external tests' allocation count.
 func TraceHook(s *Service, req *allocation.AllocationRequest, resp *allocation.AllocationResponse) {
-	s.trace(time.Now(), req, outcome{resp: resp})
+	s.trace(time.Now(), &request{sent: req}, outcome{resp: resp})
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -21,7 +22,9 @@ var requestDescriptor = (*allocation.AllocationRequest)(nil).ProtoReflect().Desc
 
 // DecodeRequest reads an AllocationRequest in protobuf's wire format and
 // answers as proto.Unmarshal does (the fuzz test holds it to that). The
-// usual request is read by vtprotobuf's generated UnmarshalVT; scan first
+// usual request is read by vtprotobuf's generated UnmarshalVTUnsafe from a
+// copy of b, which its strings share instead of a copy each (b may be
+// reused once DecodeRequest has returned; the copy never changes). scan first
 // refuses what UnmarshalVT would let through (strings that are not UTF-8,
 // field numbers out of range), and sends the bytes UnmarshalVT reads
 // otherwise than protobuf does to the proto library. Bytes proto.Unmarshal
@@ -32,7 +35,7 @@ func DecodeRequest(b []byte) (*allocation.AllocationRequest, error) {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	m := new(allocation.AllocationRequest)
-	if !unusual && m.UnmarshalVT(b) == nil {
+	if !unusual && m.UnmarshalVTUnsafe(bytes.Clone(b)) == nil {
 		return m, nil
 	}
 	m = new(allocation.AllocationRequest)

@@ -392,3 +392,69 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		})
 	}
 }
+
+// sameAsDecodeRequest fails t unless DecodeRequestToCore(b) answers what
+// DecodeRequest followed by RequestToCore does: both reject b as malformed,
+// or both give the same error for it, or the same Request.
+func sameAsDecodeRequest(t *testing.T, b []byte) {
+	t.Helper()
+	got, err := DecodeRequestToCore(b, nil)
+	m, refErr := DecodeRequest(b)
+	if refErr != nil {
+		if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("%x: DecodeRequest says %v; DecodeRequestToCore gave %+v, %v", b, refErr, got, err)
+		}
+		return
+	}
+	if errors.Is(err, ErrMalformed) {
+		t.Fatalf("%x: DecodeRequest accepts it (%v); DecodeRequestToCore says %v", b, m, err)
+	}
+	want, wantErr := RequestToCore(m)
+	if wantErr != nil {
+		var ire *core.InvalidRequestError
+		if err == nil || !errors.As(err, &ire) || err.Error() != wantErr.Error() {
+			t.Fatalf("%x (%v): RequestToCore says %v; DecodeRequestToCore %v", b, m, wantErr, err)
+		}
+		if got.Namespace != m.GetNamespace() {
+			t.Fatalf("%x: namespace %q beside the error, want %q", b, got.Namespace, m.GetNamespace())
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("%x (%v): DecodeRequestToCore says %v; RequestToCore accepts it", b, m, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%x (%v):\nDecodeRequestToCore %#v\nRequestToCore       %#v", b, m, got, want)
+	}
+}
+
+func TestDecodeRequestToCoreMatches(t *testing.T) {
+	for _, tc := range decodeCases {
+		t.Run(tc.name, func(t *testing.T) { sameAsDecodeRequest(t, tc.wire) })
+	}
+	r := rand.New(rand.NewPCG(17, 3))
+	for range 3000 {
+		b, err := proto.Marshal(randomRequest(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsDecodeRequest(t, b)
+		if len(b) > 0 {
+			sameAsDecodeRequest(t, b[:r.IntN(len(b))])
+			c := append([]byte(nil), b...)
+			c[r.IntN(len(c))] = byte(r.Uint32())
+			sameAsDecodeRequest(t, c)
+		}
+	}
+}
+
+// FuzzDecodeRequestToCore holds the hand decoder to DecodeRequest and
+// RequestToCore on arbitrary bytes (sameAsDecodeRequest).
+//
+//	go test -run '^$' -fuzz FuzzDecodeRequestToCore -fuzztime 60s ./allocator/wire/
+func FuzzDecodeRequestToCore(f *testing.F) {
+	for _, tc := range decodeCases {
+		f.Add(tc.wire)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { sameAsDecodeRequest(t, b) })
+}

@@ -28,8 +28,8 @@ func ResponseFromCore(gs *core.GameServer, source string) *allocation.Allocation
 	if gs == nil {
 		return nil
 	}
-	// One allocation for the message, its metadata and the usual few ports
-	// and addresses.
+	// One allocation for the message, its metadata and the usual single port
+	// and address.
 	parts := new(responseParts)
 	out := &parts.resp
 	out.GameServerName, out.Address, out.NodeName, out.Source = gs.Name, gs.Address, gs.NodeName, source
@@ -82,10 +82,10 @@ func ResponseFromCore(gs *core.GameServer, source string) *allocation.Allocation
 type responseParts struct {
 	resp     allocation.AllocationResponse
 	meta     allocation.AllocationResponse_GameServerMetadata
-	ports    [4]allocation.AllocationResponse_GameServerStatusPort
-	portPtrs [4]*allocation.AllocationResponse_GameServerStatusPort
-	addrs    [4]allocation.AllocationResponse_GameServerStatusAddress
-	addrPtrs [4]*allocation.AllocationResponse_GameServerStatusAddress
+	ports    [1]allocation.AllocationResponse_GameServerStatusPort
+	portPtrs [1]*allocation.AllocationResponse_GameServerStatusPort
+	addrs    [1]allocation.AllocationResponse_GameServerStatusAddress
+	addrPtrs [1]*allocation.AllocationResponse_GameServerStatusAddress
 }
 
 func nilIfEmpty(m map[string]string) map[string]string {

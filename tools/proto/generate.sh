@@ -102,7 +102,7 @@ run_protoc() {
     --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
     --plugin=protoc-gen-go-vtproto="$BIN/protoc-gen-go-vtproto" \
     --go-vtproto_out="$out" --go-vtproto_opt=paths=source_relative \
-    --go-vtproto_opt=features=marshal+unmarshal+size \
+    --go-vtproto_opt=features=marshal+unmarshal+unmarshal_unsafe+size \
     "${PROTOS[@]}"
 }
 
