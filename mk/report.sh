@@ -8,6 +8,9 @@
 #         reports/baseline/commit), taken from git history into a temporary
 #         directory (git archive) and built there;
 #   cur   the working tree as it stands.
+# PERF_BASE_COMMIT=. makes the working tree itself the base side (what
+# `make perf-gate-check` compares a patched build with, so that the check
+# does not depend on how far the tree has moved from the baseline).
 # PERF_SIDES=base (or cur) measures one side alone: `make perf-baseline`
 # measures HEAD that way, from git history, so what it records is exactly
 # the commit it names.
@@ -154,7 +157,10 @@ build() {
 
 for side in $sides; do
 	mkdir -p "$out/$side"
-	if [[ $side == base ]]; then
+	if [[ $side == base && $base_commit == . ]]; then
+		echo "== base: the working tree itself (PERF_BASE_COMMIT=.)" >&2
+		build base "$root"
+	elif [[ $side == base ]]; then
 		echo "== base: commit $base_commit from git history" >&2
 		mkdir -p "$tmp/base-src"
 		git -C "$repo" archive "$base_commit" | tar -x -C "$tmp/base-src"
