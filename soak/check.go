@@ -1,0 +1,512 @@
+package soak
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Promise names, as results and reports carry them.
+const (
+	PromiseNoDoubleHold   = "no-double-hold"
+	PromiseHeldAsAnswered = "held-as-answered"
+	PromiseNoDangling     = "no-dangling"
+	PromiseNoUnwrittenOK  = "no-unwritten-ok"
+)
+
+// promiseText says what each promise means, for the table.
+var promiseText = map[string]string{
+	PromiseNoDoubleHold:   "no server held by two live allocations at once",
+	PromiseHeldAsAnswered: "every OK answer is a server Allocated to its caller, on the cluster source names, until its release",
+	PromiseNoDangling:     "no server left Allocated that no live session holds",
+	PromiseNoUnwrittenOK:  "nothing answered OK that was not written",
+}
+
+// Defaults for Config.
+const (
+	DefaultExamples      = 5
+	DefaultWindow        = 10 * time.Second
+	DefaultRecoverySlack = 0.01
+)
+
+// Config tunes the checker. The zero value takes the defaults.
+type Config struct {
+	// Examples bounds the examples kept per promise.
+	Examples int
+	// Window is the span after a fault whose failures count as "after"
+	// it, and the step in which recovery is measured.
+	Window time.Duration
+	// RecoverySlack is how far above the error rate outside faults a
+	// window's rate may be and still count as recovered.
+	RecoverySlack float64
+	// Strict counts every Allocated server without a live session as
+	// dangling; otherwise a server whose last release failed (the run
+	// explains why it is still held) is reported as explained.
+	Strict bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.Examples <= 0 {
+		c.Examples = DefaultExamples
+	}
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	if c.RecoverySlack <= 0 {
+		c.RecoverySlack = DefaultRecoverySlack
+	}
+	return c
+}
+
+// Result is the checker's verdict on one run.
+type Result struct {
+	Requests int `json:"requests"`
+	OK       int `json:"ok"`
+	Released int `json:"released"`
+	// Live are OK sessions still held when the run ended.
+	Live     int       `json:"live"`
+	Promises []Promise `json:"promises"`
+	// Unread are clusters the snapshot could not read: what was answered
+	// on them is not checked against objects.
+	Unread []string `json:"unread,omitempty"`
+	// ErrorRateOutside is the share of requests sent outside every fault
+	// and its after-window that failed; P99Outside their p99 latency.
+	ErrorRateOutside float64       `json:"errorRateOutside"`
+	P99Outside       time.Duration `json:"p99Outside"`
+	Faults           []FaultStats  `json:"faults,omitempty"`
+}
+
+// Promise is one promise's count of violations, with examples.
+type Promise struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Violations  int      `json:"violations"`
+	Examples    []string `json:"examples,omitempty"`
+	// Explained counts what looked like a violation but the run accounts
+	// for (an Allocated server whose release failed under a fault).
+	Explained int `json:"explained,omitempty"`
+}
+
+// FaultStats is the cost of one kind of fault over all its occurrences.
+type FaultStats struct {
+	Kind  string `json:"kind"`
+	Count int    `json:"count"`
+	// Requests sent during the faults, and in the Window after each.
+	During       int `json:"during"`
+	DuringFailed int `json:"duringFailed"`
+	After        int `json:"after"`
+	AfterFailed  int `json:"afterFailed"`
+	// MaxRecovery is the longest time from a fault's end to the first
+	// window whose error rate is back to the level outside faults;
+	// Unrecovered counts faults after which no window was.
+	MaxRecovery time.Duration `json:"maxRecovery"`
+	Unrecovered int           `json:"unrecovered"`
+	// P99During is the p99 latency of the requests sent during them.
+	P99During time.Duration `json:"p99During"`
+}
+
+// Violations is the total over all promises.
+func (r *Result) Violations() int {
+	n := 0
+	for _, p := range r.Promises {
+		n += p.Violations
+	}
+	return n
+}
+
+// promise collects one promise's violations.
+type promise struct {
+	p   Promise
+	max int
+}
+
+func (p *promise) violate(format string, args ...any) {
+	p.p.Violations++
+	if len(p.p.Examples) < p.max {
+		p.p.Examples = append(p.p.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// Check holds a history against the final snapshot. It is pure: every
+// time it uses comes from its inputs. Run it on a snapshot taken after
+// the settle period, when nothing the run started is still in flight.
+func Check(h *History, snap *Snapshot, cfg Config) *Result {
+	cfg = cfg.withDefaults()
+	c := checker{h: h, snap: snap, cfg: cfg, res: &Result{}}
+	c.index()
+	c.count()
+	c.doubleHolds()
+	c.asAnswered()
+	c.dangling()
+	c.faults()
+	for _, name := range c.order {
+		c.res.Promises = append(c.res.Promises, c.proms[name].p)
+	}
+	return c.res
+}
+
+type checker struct {
+	h    *History
+	snap *Snapshot
+	cfg  Config
+	res  *Result
+
+	read    map[string]bool               // cluster -> read without error
+	servers map[clusterName][]*GameServer // by cluster and name
+	held    map[serverKey][]*Session      // OK sessions by the server answered
+	proms   map[string]*promise           // by name
+	order   []string                      // promise names in report order
+	_       struct{}                      // keep fields aligned for gofmt
+}
+
+type clusterName struct{ Cluster, Name string }
+
+func (c *checker) promise(name string) *promise {
+	if p, ok := c.proms[name]; ok {
+		return p
+	}
+	p := &promise{p: Promise{Name: name, Description: promiseText[name]}, max: c.cfg.Examples}
+	c.proms[name] = p
+	c.order = append(c.order, name)
+	return p
+}
+
+func (c *checker) index() {
+	c.proms = map[string]*promise{}
+	for _, name := range []string{PromiseNoDoubleHold, PromiseHeldAsAnswered, PromiseNoDangling, PromiseNoUnwrittenOK} {
+		c.promise(name)
+	}
+	c.read = map[string]bool{}
+	for _, cl := range c.snap.Clusters {
+		c.read[cl.Name] = cl.Error == ""
+		if cl.Error != "" {
+			c.res.Unread = append(c.res.Unread, cl.Name)
+		}
+	}
+	c.servers = map[clusterName][]*GameServer{}
+	for i := range c.snap.GameServers {
+		gs := &c.snap.GameServers[i]
+		k := clusterName{gs.Cluster, gs.Name}
+		c.servers[k] = append(c.servers[k], gs)
+	}
+	c.held = map[serverKey][]*Session{}
+	for i := range c.h.Sessions {
+		s := &c.h.Sessions[i]
+		if s.Code == CodeOK {
+			k := serverKey{s.ServingCluster(), s.Namespace, s.Server}
+			c.held[k] = append(c.held[k], s)
+		}
+	}
+}
+
+// find is the snapshot's object for the server a session was answered
+// with on cluster, or nil.
+func (c *checker) find(cluster string, s *Session) *GameServer {
+	for _, gs := range c.servers[clusterName{cluster, s.Server}] {
+		if s.Namespace == "" || gs.Namespace == s.Namespace {
+			return gs
+		}
+	}
+	return nil
+}
+
+func (c *checker) count() {
+	for i := range c.h.Sessions {
+		s := &c.h.Sessions[i]
+		c.res.Requests++
+		if s.Code != CodeOK {
+			continue
+		}
+		c.res.OK++
+		if s.Release != nil {
+			c.res.Released++
+		} else {
+			c.res.Live++
+		}
+	}
+}
+
+// at is t as an offset from the run's start, the way examples show times.
+func (c *checker) at(t time.Time) string {
+	return "+" + t.Sub(c.h.Run.Start).Round(time.Millisecond).String()
+}
+
+// hold is one allocation's span: requests of one caller with one key are
+// one allocation, held from the first answer to the last release.
+type hold struct {
+	first      *Session
+	start, end time.Time
+	live       bool
+}
+
+func (c *checker) doubleHolds() {
+	p := c.promise(PromiseNoDoubleHold)
+	keys := make([]serverKey, 0, len(c.held))
+	for k := range c.held {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		var holds []*hold
+		byKey := map[[2]string]*hold{}
+		for _, s := range c.held[k] {
+			// A hold ends when its release is sent: from then on the
+			// allocator may hand the server to someone else.
+			end, live := c.h.Run.End, s.Release == nil
+			if !live {
+				end = s.Release.At
+			}
+			if s.Key != "" {
+				if hd, ok := byKey[[2]string{s.Caller, s.Key}]; ok {
+					if s.Answered.Before(hd.start) {
+						hd.start = s.Answered
+					}
+					if live || end.After(hd.end) {
+						hd.end = end
+					}
+					hd.live = hd.live || live
+					continue
+				}
+			}
+			hd := &hold{first: s, start: s.Answered, end: end, live: live}
+			holds = append(holds, hd)
+			if s.Key != "" {
+				byKey[[2]string{s.Caller, s.Key}] = hd
+			}
+		}
+		sort.SliceStable(holds, func(i, j int) bool { return holds[i].start.Before(holds[j].start) })
+		var longest *hold
+		for _, hd := range holds {
+			if longest != nil && hd.start.Before(longest.end) {
+				p.violate("%s held by request %d (caller %s, answered %s, %s) and request %d (caller %s, answered %s)",
+					k, longest.first.ID, longest.first.Caller, c.at(longest.start), c.until(longest),
+					hd.first.ID, hd.first.Caller, c.at(hd.start))
+			}
+			if longest == nil || hd.end.After(longest.end) {
+				longest = hd
+			}
+		}
+	}
+}
+
+func (c *checker) until(hd *hold) string {
+	if hd.live {
+		return "held to the end"
+	}
+	return "released " + c.at(hd.end)
+}
+
+// notHeldCodes are release answers that say the caller held no such
+// server, so it was not held until its release.
+var notHeldCodes = map[string]bool{"NotFound": true, "FailedPrecondition": true, "PermissionDenied": true}
+
+func (c *checker) asAnswered() {
+	p := c.promise(PromiseHeldAsAnswered)
+	unwritten := c.promise(PromiseNoUnwrittenOK)
+	for i := range c.h.Sessions {
+		s := &c.h.Sessions[i]
+		if s.Code != CodeOK {
+			continue
+		}
+		cluster := s.ServingCluster()
+		ok, listed := c.read[cluster]
+		if !listed {
+			p.violate("request %d (caller %s): answered %s on cluster %s, which the run does not have", s.ID, s.Caller, s.Server, cluster)
+			continue
+		}
+		if s.Release != nil && notHeldCodes[s.Release.Result] && !s.Release.Retried {
+			p.violate("request %d (caller %s): %s/%s answered %s, its release %s answered %s: not held until its release",
+				s.ID, s.Caller, cluster, s.Server, c.at(s.Answered), c.at(s.Release.At), s.Release.Result)
+		}
+		if !ok {
+			continue // the cluster's objects are unknown
+		}
+		gs := c.find(cluster, s)
+		if gs == nil {
+			if other := c.elsewhere(cluster, s); other != "" {
+				p.violate("request %d (caller %s): answered %s with source %s, but the server is on %s", s.ID, s.Caller, s.Server, cluster, other)
+				continue
+			}
+		}
+		if s.Release != nil {
+			continue // what the server did after its release is its own
+		}
+		switch {
+		case gs == nil:
+			unwritten.violate("request %d (caller %s): answered %s/%s %s and still held at the end, but there is no such server", s.ID, s.Caller, cluster, s.Server, c.at(s.Answered))
+		case gs.State != StateAllocated:
+			unwritten.violate("request %d (caller %s): answered %s/%s %s and still held at the end, but the server is %s", s.ID, s.Caller, cluster, s.Server, c.at(s.Answered), gs.State)
+		case gs.Owner != "" && gs.Owner != s.ExpectedOwner():
+			p.violate("request %d (caller %s): %s/%s is Allocated to %s, not to %s", s.ID, s.Caller, cluster, s.Server, gs.Owner, s.ExpectedOwner())
+		}
+	}
+}
+
+// elsewhere names another read cluster with a server of the session's
+// name, or "".
+func (c *checker) elsewhere(cluster string, s *Session) string {
+	for _, cl := range c.snap.Clusters {
+		if cl.Name != cluster && c.find(cl.Name, s) != nil {
+			return cl.Name
+		}
+	}
+	return ""
+}
+
+func (c *checker) dangling() {
+	p := c.promise(PromiseNoDangling)
+	for i := range c.snap.GameServers {
+		gs := &c.snap.GameServers[i]
+		if gs.State != StateAllocated {
+			continue
+		}
+		sessions := append(c.held[serverKey{gs.Cluster, gs.Namespace, gs.Name}], c.held[serverKey{gs.Cluster, "", gs.Name}]...)
+		var last *Session
+		live := false
+		for _, s := range sessions {
+			if s.Release == nil {
+				live = true
+				break
+			}
+			if last == nil || s.Release.At.After(last.Release.At) {
+				last = s
+			}
+		}
+		switch {
+		case live:
+		case last == nil:
+			p.violate("%s is Allocated (owner %q, last allocated %q) and was never answered to a caller", serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated)
+		case last.Release.Result != CodeOK && !c.cfg.Strict:
+			p.p.Explained++
+		default:
+			p.violate("%s is Allocated (owner %q, last allocated %q), but its last session, request %d (caller %s), was released %s with %s",
+				serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated, last.ID, last.Caller, c.at(last.Release.At), last.Release.Result)
+		}
+	}
+}
+
+// Histogram bounds: latencies in microseconds, from one to ten minutes.
+const (
+	histLowest  = 1
+	histHighest = int64(10 * time.Minute / time.Microsecond)
+	histDigits  = 3
+)
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histLowest, histHighest, histDigits) }
+
+func record(h *hdrhistogram.Histogram, d time.Duration) {
+	us := int64(d / time.Microsecond)
+	if us < histLowest {
+		us = histLowest
+	}
+	if us > histHighest {
+		us = histHighest
+	}
+	_ = h.RecordValue(us) // in range by the clamps above
+}
+
+func p99(h *hdrhistogram.Histogram) time.Duration {
+	if h.TotalCount() == 0 {
+		return 0
+	}
+	return time.Duration(h.ValueAtQuantile(99)) * time.Microsecond
+}
+
+func (c *checker) faults() {
+	sessions := make([]*Session, len(c.h.Sessions))
+	for i := range c.h.Sessions {
+		sessions[i] = &c.h.Sessions[i]
+	}
+	sort.SliceStable(sessions, func(i, j int) bool { return sessions[i].Sent.Before(sessions[j].Sent) })
+	// between returns the sessions sent in [from, to).
+	between := func(from, to time.Time) []*Session {
+		lo := sort.Search(len(sessions), func(i int) bool { return !sessions[i].Sent.Before(from) })
+		hi := sort.Search(len(sessions), func(i int) bool { return !sessions[i].Sent.Before(to) })
+		return sessions[lo:hi]
+	}
+	failed := func(ss []*Session) int {
+		n := 0
+		for _, s := range ss {
+			if s.Code != CodeOK {
+				n++
+			}
+		}
+		return n
+	}
+
+	// Outside: sent in no fault and no fault's after-window.
+	outside := newHist()
+	outN, outFailed := 0, 0
+	for _, s := range sessions {
+		if c.inAnyFault(s.Sent, c.cfg.Window) {
+			continue
+		}
+		outN++
+		if s.Code != CodeOK {
+			outFailed++
+		}
+		record(outside, s.Answered.Sub(s.Sent))
+	}
+	if outN > 0 {
+		c.res.ErrorRateOutside = float64(outFailed) / float64(outN)
+	}
+	c.res.P99Outside = p99(outside)
+
+	byKind := map[string]*FaultStats{}
+	hists := map[string]*hdrhistogram.Histogram{}
+	var kinds []string
+	for _, f := range c.h.Faults {
+		st, ok := byKind[f.Kind]
+		if !ok {
+			st = &FaultStats{Kind: f.Kind}
+			byKind[f.Kind] = st
+			hists[f.Kind] = newHist()
+			kinds = append(kinds, f.Kind)
+		}
+		st.Count++
+		during := between(f.Start, f.End)
+		st.During += len(during)
+		st.DuringFailed += failed(during)
+		for _, s := range during {
+			record(hists[f.Kind], s.Answered.Sub(s.Sent))
+		}
+		after := between(f.End, f.End.Add(c.cfg.Window))
+		st.After += len(after)
+		st.AfterFailed += failed(after)
+
+		recovered := false
+		for from := f.End; from.Before(c.h.Run.End); from = from.Add(c.cfg.Window) {
+			win := between(from, from.Add(c.cfg.Window))
+			if len(win) == 0 {
+				continue
+			}
+			if float64(failed(win))/float64(len(win)) <= c.res.ErrorRateOutside+c.cfg.RecoverySlack {
+				if d := from.Sub(f.End); d > st.MaxRecovery {
+					st.MaxRecovery = d
+				}
+				recovered = true
+				break
+			}
+		}
+		if !recovered {
+			st.Unrecovered++
+		}
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		byKind[k].P99During = p99(hists[k])
+		c.res.Faults = append(c.res.Faults, *byKind[k])
+	}
+}
+
+// inAnyFault says whether t falls in a fault or the after-window of one.
+func (c *checker) inAnyFault(t time.Time, after time.Duration) bool {
+	for _, f := range c.h.Faults {
+		if !t.Before(f.Start) && t.Before(f.End.Add(after)) {
+			return true
+		}
+	}
+	return false
+}
