@@ -40,6 +40,15 @@ if [ -d plan ]; then
   fi
 fi
 
+# soak holds a run's history, snapshot, checker and fault schedule: files
+# and values only; driving clusters is its command's business.
+if [ -d soak ]; then
+  bad=$(deps ./soak/... | grep -E "^${mod}/allocator|^k8s.io/|^sigs.k8s.io/|^google.golang.org/grpc" || true)
+  if [ -n "$bad" ]; then
+    echo "soak must not depend on allocator, Kubernetes or gRPC; it pulls in:"; echo "$bad" | sed 's/^/  /'; fail=1
+  fi
+fi
+
 # scenarios reads and simulates scenario files; only scenarios/live, which
 # runs them on live allocators, may reach the service, gRPC or Kubernetes.
 bad=$(deps ./scenarios | grep -E "^${mod}/allocator|^${mod}/kindcluster|^k8s.io/|^google.golang.org/grpc" || true)
