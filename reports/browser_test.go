@@ -47,6 +47,11 @@ func TestPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One recorded baseline, so the page has its trend plots too.
+	r.History = &History{APIVersion: apiVersion, Kind: historyKind}
+	if err := r.History.Record("0123456789abcdef", "2026-11-22T00:00:00Z", r.Comparison); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.ArtifactDir()
 	if err := r.WriteFiles(dir); err != nil {
 		t.Fatal(err)
