@@ -46,13 +46,22 @@ type vtMessage interface {
 	MarshalToSizedBufferVT([]byte) (int, error)
 }
 
-// Marshal encodes v in a buffer from gRPC's pool, which gRPC gives back
+// Marshal encodes v, a local answer straight from its server
+// (wire.AppendGameServerResponse) and other messages with vtprotobuf's
+// generated encoder, in a buffer from gRPC's pool, which gRPC gives back
 // once the message is written. grpc-go's proto codec pools only messages
 // of 1 KiB and more, and an allocation's answer is a few hundred bytes,
 // one per request: the buffer asked for is larger than the answer, as
 // mem.NewBuffer pools nothing of 1 KiB or less
 // (mem.IsBelowBufferPoolingThreshold).
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	if a, ok := v.(*localAnswer); ok {
+		size := wire.GameServerResponseSize(a.gs, wire.SourceLocal)
+		pool := mem.DefaultBufferPool()
+		buf := pool.Get(max(size, minPooled))
+		*buf = wire.AppendGameServerResponse((*buf)[:0], a.gs, wire.SourceLocal)
+		return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	}
 	m, ok := v.(vtMessage)
 	if !ok {
 		return c.proto.Marshal(v)

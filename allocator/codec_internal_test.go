@@ -150,13 +150,13 @@ func TestServiceAllocationAllocations(t *testing.T) {
 		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, r); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := svc.serve(ctx, "dev", *r)
+		ans, err := svc.serveAnswer(ctx, "dev", *r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		*r = request{}
 		requestPool.Put(r)
-		out, err := c.Marshal(resp)
+		out, err := c.Marshal(ans)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,10 +166,9 @@ func TestServiceAllocationAllocations(t *testing.T) {
 	serve()
 	n := allocsPerCall(1000, serve)
 	t.Logf("%.2f heap allocations per allocation", n)
-	// At most 11: the codec's buffers, the index's result and the
+	// At most 8: the codec's buffers, the index's result and the
 	// allocated server (and now and then a member list growing), the
-	// backend's answer, the response, the annotations map the allocation
-	// stamp is added to, and the answer's buffer. Under the race detector
+	// backend's answer, the local answer and its buffer. Under the race detector
 	// sync.Pool drops one Put in four at random, so the pooled request and
 	// the answer's buffer (its array, the *[]byte and gRPC's buffer object)
 	// are allocated afresh a quarter of the time: 1 more per call on
@@ -184,7 +183,7 @@ func TestServiceAllocationAllocations(t *testing.T) {
 }
 
 // limitAllocs is TestServiceAllocationAllocations' bound without -race.
-const limitAllocs = 12.0
+const limitAllocs = 9.0
 
 // allocsPerCall is testing.AllocsPerRun without its rounding down to a
 // whole number, which would put an average of 19.95 at 19 or 20 by chance.
@@ -232,7 +231,7 @@ func TestPooledRequestsDoNotLeak(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", req, err)
 		}
-		gs, ok := ix.Get(core.Key{Namespace: "default", Name: out.(*allocation.AllocationResponse).GameServerName})
+		gs, ok := ix.Get(core.Key{Namespace: "default", Name: out.(*localAnswer).gs.Name})
 		if !ok {
 			t.Fatalf("allocated %v, not in the index", out)
 		}

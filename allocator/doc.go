@@ -10,7 +10,8 @@
 //     in pipeline.go: decode, identify, normalize once (core.Normalize),
 //     identity limits (namespaces, allocations held, request rate), the
 //     backend or the multi-cluster forwarder, and one answer, an
-//     AllocationResponse written by the generated encoders; errors as the
+//     AllocationResponse (written straight from the server for an
+//     allocation made here, by generated code otherwise); errors as the
 //     gRPC codes (and HTTP statuses) of Agones' table, with messages that
 //     say what was wrong; metrics and one log line per failed allocation.
 //   - Backend: where game servers live. The memory package is the embedded

@@ -68,11 +68,7 @@ func (g *grpcAllocation) serve(ctx context.Context, r any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := g.svc.serve(ctx, id, *r.(*request))
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return g.svc.serveAnswer(ctx, id, *r.(*request))
 }
 
 // grpcAllocation is allocation.AllocationService, exactly Agones' API.

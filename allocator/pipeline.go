@@ -28,8 +28,9 @@ import (
 //  5. allocate here (allocateHere) or forward across clusters (forward,
 //     whose local entries come back to allocateHere with the request
 //     normalized in step 3).
-//  6. encode: the answer is an AllocationResponse (wire.ResponseFromCore); the front
-//     end writes it (the gRPC codec in protobuf, the REST handler in JSON).
+//  6. encode: the answer is an AllocationResponse (wire.ResponseFromCore);
+//     the front end writes it (the gRPC codec in protobuf, straight from
+//     the server for an allocation made here; the REST handler in JSON).
 //
 // Every allocation is counted and logged (observe) and traced (trace) in
 // serve, whichever front end it came through.
@@ -88,11 +89,30 @@ func (r *request) message() *allocation.AllocationRequest {
 // outcome is what serving a request came to, for the caller, the metrics
 // and the trace.
 type outcome struct {
-	ns      string // the namespace asked for (defaulted)
-	fleet   string // the allocated server's fleet, or the one every selector names
-	resp    *allocation.AllocationResponse
+	ns    string // the namespace asked for (defaulted)
+	fleet string // the allocated server's fleet, or the one every selector names
+	resp  *allocation.AllocationResponse
+	// gs is the server allocated here; its response is made only when
+	// asked for (response): the gRPC codec writes it straight from gs.
+	gs      *core.GameServer
 	retries int
 	err     error // a gRPC status error
+}
+
+// response is the answer as an AllocationResponse, made from the server
+// allocated here if that is the answer.
+func (o *outcome) response() *allocation.AllocationResponse {
+	if o.resp == nil && o.gs != nil {
+		o.resp = wire.ResponseFromCore(o.gs, wire.SourceLocal)
+	}
+	return o.resp
+}
+
+// localAnswer is the gRPC answer to an allocation made here: the codec
+// writes the AllocationResponse describing gs (wire.AppendGameServerResponse)
+// without building it.
+type localAnswer struct {
+	gs *core.GameServer
 }
 
 // Allocate serves one AllocationRequest for identity. Errors are gRPC
@@ -104,6 +124,24 @@ func (s *Service) Allocate(ctx context.Context, identity string, in *allocation.
 // serve runs the pipeline from step 3 for a decoded request of an
 // identified caller.
 func (s *Service) serve(ctx context.Context, identity string, r request) (*allocation.AllocationResponse, error) {
+	o := s.serveOutcome(ctx, identity, r)
+	return o.response(), o.err
+}
+
+// serveAnswer is serve for the gRPC codec: a *localAnswer for an
+// allocation made here, else the AllocationResponse.
+func (s *Service) serveAnswer(ctx context.Context, identity string, r request) (any, error) {
+	o := s.serveOutcome(ctx, identity, r)
+	switch {
+	case o.err != nil:
+		return nil, o.err
+	case o.gs != nil:
+		return &localAnswer{gs: o.gs}, nil
+	}
+	return o.resp, nil
+}
+
+func (s *Service) serveOutcome(ctx context.Context, identity string, r request) outcome {
 	start := time.Now()
 	s.metrics.InFlight.Inc()
 	defer s.metrics.InFlight.Dec()
@@ -111,7 +149,7 @@ func (s *Service) serve(ctx context.Context, identity string, r request) (*alloc
 	o := s.allocate(ctx, identity, r)
 	s.observe(ctx, identity, start, o)
 	s.trace(start, &r, o)
-	return o.resp, o.err
+	return o
 }
 
 // allocate is steps 3 to 5.
@@ -235,7 +273,7 @@ func (s *Service) allocateHere(ctx context.Context, identity string, r request, 
 		o.err = s.allocateStatus(err, req)
 	default:
 		o.fleet = a.GameServer.Labels[core.FleetLabel]
-		o.resp = wire.ResponseFromCore(a.GameServer, wire.SourceLocal)
+		o.gs = a.GameServer
 	}
 	return o
 }
@@ -285,7 +323,7 @@ func (s *Service) forward(ctx context.Context, identity string, r request, req *
 		if l.err == nil {
 			o.fleet = l.fleet
 		}
-		return l.resp, l.err
+		return l.response(), l.err
 	}
 	var memo *forward.Memo
 	if r.prep != nil {

@@ -133,6 +133,8 @@ func (s *Service) trace(start time.Time, r *request, o outcome) {
 	it := traceItem{at: start, latency: time.Since(start), req: r.message(), retries: o.retries}
 	if o.err != nil {
 		it.code = status.Code(o.err)
+	} else if o.gs != nil {
+		it.name = o.gs.Name
 	} else if o.resp != nil {
 		it.name = o.resp.GetGameServerName()
 		if src := s.source(o.resp); src != wire.SourceLocal {
