@@ -96,6 +96,14 @@ xt=$(cd "$ROOTFS" && find usr/lib -maxdepth 2 -type d -name xtables | head -n1)
 for f in /etc/protocols /etc/services /etc/ethertypes; do
 	[ -f "$ROOTFS$f" ] && install -D -m 0644 "$ROOTFS$f" "$proxy$f"
 done
+# The extensions load libraries of their own (libm, for one).
+if [ -n "$xt" ]; then
+	for so in "$ROOTFS/$xt"/*.so; do
+		for lib in $(chroot "$ROOTFS" ldd "/$xt/$(basename "$so")" 2>/dev/null | grep -o '/[^ ]*' | sort -u); do
+			[ -e "$proxy$lib" ] || install -D "$ROOTFS$(chroot "$ROOTFS" readlink -f "$lib")" "$proxy$lib"
+		done
+	done
+fi
 for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
 	ln -sf xtables-nft-multi "$proxy/usr/sbin/$t"
 done
