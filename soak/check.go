@@ -100,7 +100,8 @@ type FaultStats struct {
 	AfterFailed  int `json:"afterFailed"`
 	// MaxRecovery is the longest time from a fault's end to the first
 	// window whose error rate is back to the level outside faults;
-	// Unrecovered counts faults after which no window was.
+	// Unrecovered counts faults after which no window was (which includes
+	// a fault after which the run sent nothing).
 	MaxRecovery time.Duration `json:"maxRecovery"`
 	Unrecovered int           `json:"unrecovered"`
 	// P99During is the p99 latency of the requests sent during them.
@@ -362,7 +363,11 @@ func (c *checker) dangling() {
 		if gs.State != StateAllocated {
 			continue
 		}
-		sessions := append(c.held[serverKey{gs.Cluster, gs.Namespace, gs.Name}], c.held[serverKey{gs.Cluster, "", gs.Name}]...)
+		// Answers name the namespace when the driver knows it; match both.
+		sessions := c.held[serverKey{gs.Cluster, gs.Namespace, gs.Name}]
+		if gs.Namespace != "" {
+			sessions = append(sessions[:len(sessions):len(sessions)], c.held[serverKey{gs.Cluster, "", gs.Name}]...)
+		}
 		var last *Session
 		live := false
 		for _, s := range sessions {

@@ -46,6 +46,11 @@ var FaultKinds = []string{
 // faults of one entry may stray when the entry does not say.
 const DefaultJitter = 0.2
 
+// MinFaultDuration is the shortest fault and interval a schedule may
+// ask for: a rig cannot act faster, and since a fault fits in its
+// interval, it bounds how many faults a run's schedule holds.
+const MinFaultDuration = time.Second
+
 // ScheduleFile is a fault schedule: which faults, how often, how long.
 type ScheduleFile struct {
 	APIVersion string       `yaml:"apiVersion"`
@@ -220,10 +225,10 @@ func (f *ScheduleFile) Validate() error {
 			return fmt.Errorf("%s.kind: missing (one of %s)", field, strings.Join(FaultKinds, ", "))
 		case !known[e.Kind]:
 			return fmt.Errorf("%s.kind: unknown fault kind %q (one of %s)", field, e.Kind, strings.Join(FaultKinds, ", "))
-		case e.Every <= 0:
-			return fmt.Errorf("%s.every: must be positive, got %s", field, time.Duration(e.Every))
-		case e.Duration <= 0:
-			return fmt.Errorf("%s.duration: must be positive, got %s", field, time.Duration(e.Duration))
+		case e.Every < Duration(MinFaultDuration):
+			return fmt.Errorf("%s.every: must be at least %s, got %s", field, MinFaultDuration, time.Duration(e.Every))
+		case e.Duration < Duration(MinFaultDuration):
+			return fmt.Errorf("%s.duration: must be at least %s, got %s", field, MinFaultDuration, time.Duration(e.Duration))
 		case *e.Jitter < 0 || *e.Jitter >= 1:
 			return fmt.Errorf("%s.jitter: must be at least 0 and below 1, got %g", field, *e.Jitter)
 		case e.First != nil && *e.First < 0:
