@@ -20,6 +20,6 @@ MUTATE_REF ?=
 
 .PHONY: e2e-mutations
 
-## e2e-mutations: break the product on purpose (hack/mutations) and check each e2e spec and test fails (slow: about an hour).
+## e2e-mutations: break the product on purpose (hack/mutations) and check each e2e spec and test fails (slow: about 20 minutes).
 e2e-mutations: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl
 	$(GO) run ./hack/mutations -logs $(BIN)/mutations $(if $(MUTATIONS),-only $(MUTATIONS)) $(if $(MUTATE_REF),-ref $(MUTATE_REF))
