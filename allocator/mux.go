@@ -138,32 +138,30 @@ func (l *routingListener) routed(c *routedConn) {
 }
 
 func (l *routingListener) Accept() (net.Conn, error) {
-	for {
-		raw, err := l.Listener.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Out of file descriptors or similar: cmux tries again.
-				time.Sleep(5 * time.Millisecond)
-			}
-			return nil, err
+	raw, err := l.Listener.Accept()
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			// Out of file descriptors or similar: cmux tries again.
+			time.Sleep(5 * time.Millisecond)
 		}
-		_ = raw.SetDeadline(time.Now().Add(routeTimeout))
-		c := &routedConn{Conn: raw, raw: raw, track: l.track, from: l}
-		if l.tls != nil {
-			c.tc = tls.Server(raw, l.tls)
-			c.Conn = c.tc
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			raw.Close()
-			return nil, net.ErrClosed
-		}
-		l.routing[c] = struct{}{}
-		l.mu.Unlock()
-		return c, nil
+		return nil, err
 	}
+	_ = raw.SetDeadline(time.Now().Add(routeTimeout))
+	c := &routedConn{Conn: raw, raw: raw, track: l.track, from: l}
+	if l.tls != nil {
+		c.tc = tls.Server(raw, l.tls)
+		c.Conn = c.tc
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		raw.Close()
+		return nil, net.ErrClosed
+	}
+	l.routing[c] = struct{}{}
+	l.mu.Unlock()
+	return c, nil
 }
 
 // routedConn is a connection being routed, and then served: it does the

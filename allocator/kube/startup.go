@@ -76,10 +76,11 @@ func (l *listErrors) set(err error) (reason string, changed bool) {
 	return reason, changed
 }
 
-func (l *listErrors) get() (error, int) {
+// get returns how many failures there were and the last one.
+func (l *listErrors) get() (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.last, l.count
+	return l.count, l.last
 }
 
 // recorded wraps the informer's list and watch calls so that every failure
@@ -121,7 +122,7 @@ func (b *Backend) listFailed(ctx context.Context, err error) {
 // what is left is routine (a watch that ends or expires, after which the
 // reflector lists again) or a broken watch stream.
 func (b *Backend) onWatchError(_ context.Context, _ *cache.Reflector, err error) {
-	if last, _ := b.listErrs.get(); err == nil || (last != nil && errors.Is(err, last)) {
+	if _, last := b.listErrs.get(); err == nil || (last != nil && errors.Is(err, last)) {
 		return
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
@@ -229,10 +230,10 @@ func (b *Backend) WaitForSync(ctx context.Context, timeout time.Duration) error 
 		case <-ctx.Done():
 			return fmt.Errorf("kube: stopped waiting for the GameServer cache after %s: %w", time.Since(start).Round(time.Millisecond), ctx.Err())
 		case <-deadline:
-			err, _ := b.listErrs.get()
+			_, err := b.listErrs.get()
 			return &SyncError{Waited: timeout, Reason: Reason(err), Err: err}
 		case <-progress.C:
-			err, n := b.listErrs.get()
+			n, err := b.listErrs.get()
 			reason := Reason(err)
 			args := []any{"waited", time.Since(start).Round(time.Second), "reason", reason, "servers", b.ix.Len()}
 			if err != nil {
