@@ -6,7 +6,7 @@
 //
 // # Why it is built this way
 //
-// One goroutine pops events from a heap ordered by virtual time, ties broken
+// One goroutine pops events from a queue ordered by virtual time, ties broken
 // by insertion order, so a run is a pure function of its Config: the same
 // scenario and seed give byte-identical results. Nothing reads the wall
 // clock; every random stream is seeded from the scenario seed and the name of
