@@ -142,6 +142,7 @@ func allocatorObjects(t *rig.Topology, i int, opts Options, l certs.Layout, src 
 		case kind == "Namespace" && name == allocatorNamespace:
 			found[kind] = true
 			out = append(out, secrets...)
+			out = append(out, limitsObject())
 		case isWorkload(kind) && name == allocatorName:
 			found["workload"] = true
 			if err := editWorkload(d, c.Name, replicas, opts.Image); err != nil {
@@ -269,10 +270,17 @@ func editWorkload(d map[string]any, cluster string, replicas int, image string) 
 		if static {
 			next = append(next, "--replicas="+strconv.Itoa(replicas))
 		}
-		next = append(next, "--cluster-name="+cluster)
+		next = append(next, "--cluster-name="+cluster, "--limits="+limitsDir+"/"+limitsKey)
 		ct["args"] = next
+		mounts, _, _ := unstructured.NestedSlice(ct, "volumeMounts")
+		ct["volumeMounts"] = append(mounts, map[string]any{"name": limitsConfigMap, "mountPath": limitsDir, "readOnly": true})
 		containers[j] = ct
-		return unstructured.SetNestedSlice(d, containers, "spec", "template", "spec", "containers")
+		if err := unstructured.SetNestedSlice(d, containers, "spec", "template", "spec", "containers"); err != nil {
+			return err
+		}
+		volumes, _, _ := unstructured.NestedSlice(d, "spec", "template", "spec", "volumes")
+		volumes = append(volumes, map[string]any{"name": limitsConfigMap, "configMap": map[string]any{"name": limitsConfigMap}})
+		return unstructured.SetNestedSlice(d, volumes, "spec", "template", "spec", "volumes")
 	}
 	return fmt.Errorf("%s %s has no container %q", d["kind"], allocatorName, allocatorContainer)
 }
@@ -322,6 +330,22 @@ func replicaService(svc map[string]any, k int) map[string]any {
 	}
 	_ = unstructured.SetNestedSlice(d, ports, "spec", "ports")
 	return d
+}
+
+// The allocators' identity limits, as on the local rig (rig.Limits): the
+// callers' identity is an admin, so the suite lists and releases what the
+// forwarders allocated on its behalf; mounted from a ConfigMap and passed
+// as --limits.
+const (
+	limitsConfigMap = "qm-allocator-limits"
+	limitsDir       = "/etc/qm/limits"
+	limitsKey       = "limits.yaml"
+)
+
+func limitsObject() map[string]any {
+	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": limitsConfigMap, "namespace": allocatorNamespace},
+		"data":     map[string]any{limitsKey: rig.Limits}}
 }
 
 // ReplicaServiceName is the Service of the allocator replica labelled k.

@@ -346,6 +346,10 @@ identities:
   ` + CallerIdentity + `: {admin: true, namespaces: ["*"]}
 `
 
+// Limits are the rig's identity limits (rigLimits), which the kind
+// provider gives its allocators too.
+const Limits = rigLimits
+
 func (r *Rig) limitsFile() string { return filepath.Join(r.Dir, "limits.yaml") }
 
 // PoliciesFile is a copy of what installPolicies wrote to cluster's API
