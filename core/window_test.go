@@ -19,15 +19,6 @@ func utc(s string) time.Time {
 	return t
 }
 
-func mustRec(t *testing.T, s string) Recurrence {
-	t.Helper()
-	r, err := ParseRecurrence(s)
-	if err != nil {
-		t.Fatalf("ParseRecurrence(%q): %v", s, err)
-	}
-	return r
-}
-
 func mustWindow(t *testing.T, from, until, during, except string) Window {
 	t.Helper()
 	w, err := ParseWindow(from, until, during, except)

@@ -24,9 +24,6 @@ func TestQueueOrdersByTimeThenInsertion(t *testing.T) {
 		if e.at < lastAt || (e.at == lastAt && e.id < lastID) {
 			t.Fatalf("popped (%d, %d) after (%d, %d)", e.at, e.id, lastAt, lastID)
 		}
-		if e.at != lastAt {
-			lastID = -1
-		}
 		lastAt, lastID = e.at, e.id
 	}
 }
