@@ -4,13 +4,15 @@
 # under a name keyed by its version and the module's hash, so a fresh
 # machine builds it once and a change of the pin builds it again.
 #
-#   make lint        every package of the main module
+#   make lint        every package of the main module (part of make verify)
 
 GOLANGCI_VERSION := v2.15.0
 GOLANGCI_HASH    := $(shell cat tools/lint/go.mod tools/lint/go.sum 2>/dev/null | sha256sum | cut -c1-8)
 GOLANGCI_BIN     := $(BIN)/golangci-lint-$(GOLANGCI_VERSION)-$(GOLANGCI_HASH)
 
 .PHONY: lint
+
+VERIFY_DEPS += lint
 
 $(GOLANGCI_BIN):
 	@mkdir -p $(BIN)
