@@ -27,7 +27,7 @@ import (
 )
 
 // apiServerDocker stands in for docker where a kind node would be: its
-// `docker restart NODE` restarts a real local API server, as restarting a
+// `docker restart --time 0 NODE` restarts a real local API server, as restarting a
 // kind node restarts the cluster's; every command is recorded.
 // Being no dry run (no Notef), it makes the Rig wait for real.
 type apiServerDocker struct {
@@ -52,7 +52,7 @@ func (d *apiServerDocker) Run(ctx context.Context, c kindcluster.Command) ([]byt
 	d.mu.Lock()
 	d.runs = append(d.runs, c.String())
 	d.mu.Unlock()
-	if c.Path == "docker" && strings.Join(c.Args, " ") == "restart "+d.node {
+	if c.Path == "docker" && strings.Join(c.Args, " ") == "restart --time 0 "+d.node {
 		err := d.cluster.RestartAPIServer(ctx)
 		close(d.restarted)
 		return nil, err
@@ -236,7 +236,7 @@ func TestHandleOnAPIServer(t *testing.T) {
 		docker.mu.Lock()
 		runs := strings.Join(docker.runs, "\n")
 		docker.mu.Unlock()
-		if runs != "docker restart qm-on-prem-control-plane" {
+		if runs != "docker restart --time 0 qm-on-prem-control-plane" {
 			t.Errorf("commands: %q, want the one docker restart", runs)
 		}
 	})
