@@ -83,6 +83,16 @@ var _ = Describe("an API server restart during allocation load", func() {
 						return
 					default:
 					}
+					// Until the API server is back, keep most of the fleet for
+					// after the restart: a slow stop must not let the load use
+					// it all up before the outage begins.
+					mu.Lock()
+					held := len(successes)
+					mu.Unlock()
+					if !restarted.Load() && held >= servers/3 {
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
 					cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 					a, err := b.Allocate(cctx, req, time.Now(), uint64(w<<32|i))
 					ccancel()
