@@ -291,7 +291,8 @@ func bounds(c scenarios.Check) string {
 // simulation's live heap is its cached indexes, which change slowly, while
 // every allocation produces short-lived garbage; collecting at 4x the live
 // heap (but before 3 GiB per run under way) cuts the time spent in the
-// collector. A million-server run's live heap is under a quarter of that.
+// collector, and the limit leaves a million-server run's live heap room
+// to grow (docs/performance.md, Simulator, has its peak).
 func tuneGC(runs int) {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)

@@ -262,7 +262,7 @@ var _ = Describe("seed 003's policies on a live rig", Ordered, func() {
 	}, SpecTimeout(2*time.Minute))
 
 	It("loses and duplicates nothing when a cluster's API server restarts mid-load", Label("restart"), func(ctx SpecContext) {
-		// The API server as a client sees it, every 50 ms from before the
+		// The API server as a client sees it, probed often from before the
 		// restart to after: when it was seen down.
 		cfg, err := theRig.RESTConfig("on-prem")
 		Expect(err).NotTo(HaveOccurred())

@@ -118,8 +118,8 @@ type ConnectionInfo struct {
 	ClusterName string `yaml:"clusterName"`
 }
 
-// Duration is a time.Duration written as Go writes one ("5ms"); a bare
-// number is refused.
+// Duration is a time.Duration written with a unit, as time.ParseDuration
+// reads it; a bare number is refused.
 type Duration time.Duration
 
 // UnmarshalYAML reads a duration string.
