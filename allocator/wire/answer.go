@@ -217,21 +217,13 @@ func AppendGameServerResponse(b []byte, gs *core.GameServer, source string) []by
 	}
 	for k, c := range gs.Counters {
 		cs := coreCounterSize(c)
-		b = protowire.AppendTag(b, fRespCounters, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, cs)))
-		b = appendMapKey(b, k)
-		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(cs))
+		b = appendMapEntryHead(b, fRespCounters, k, cs)
 		b = appendInt64(b, fCounterCount, c.Count)
 		b = appendInt64(b, fCounterCapacity, c.Capacity)
 	}
 	for k, l := range gs.Lists {
 		ls := coreListSize(l)
-		b = protowire.AppendTag(b, fRespLists, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(sizeMapKey(k)+sizeMessage(fMapValue, ls)))
-		b = appendMapKey(b, k)
-		b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(ls))
+		b = appendMapEntryHead(b, fRespLists, k, ls)
 		for _, v := range l.Values {
 			b = protowire.AppendTag(b, fListValues, protowire.BytesType)
 			b = protowire.AppendString(b, v)
@@ -276,4 +268,15 @@ func appendInt64(b []byte, num protowire.Number, v int64) []byte {
 		b = protowire.AppendVarint(b, uint64(v))
 	}
 	return b
+}
+
+// appendMapEntryHead writes a map entry of field up to its message value's
+// contents: the entry's tag and length, the key, and the value's tag and
+// length (valueSize bytes, which the caller writes next).
+func appendMapEntryHead(b []byte, field protowire.Number, key string, valueSize int) []byte {
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(sizeMapKey(key)+sizeMessage(fMapValue, valueSize)))
+	b = appendMapKey(b, key)
+	b = protowire.AppendTag(b, fMapValue, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(valueSize))
 }
