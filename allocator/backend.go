@@ -22,6 +22,14 @@ type Backend interface {
 	// core.Normalize. now stamps the allocation, seed drives random choices.
 	// It returns core.ErrNoMatch when nothing matches, ErrContention when
 	// commits kept losing races, or ctx's error when ctx ends first.
+	//
+	// A request with an idempotency key (KeyOf, scoped by its
+	// OwnerAnnotation) is allocated at most once per key while the key is
+	// remembered: a backend shared by several processes (Kubernetes) must
+	// hold that across processes; the Service holds it within one. A key
+	// already allocated gives that allocation back with Replayed set, a
+	// key first used with another request a *KeyConflictError, a key whose
+	// allocation was released ErrKeyReleased.
 	Allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*Allocation, error)
 	// Get returns the current state of one server.
 	Get(key core.Key) (*core.GameServer, bool)
@@ -54,6 +62,11 @@ type Allocation struct {
 	// Retries is how many times a commit lost a race and the core chose
 	// again (always 0 for the memory backend).
 	Retries int
+	// Replayed says the request carried an idempotency key whose
+	// allocation already existed (made by another call, perhaps on
+	// another replica): GameServer is that allocation as it stands, and
+	// nothing was written.
+	Replayed bool
 }
 
 // Backend errors the service maps to status codes.

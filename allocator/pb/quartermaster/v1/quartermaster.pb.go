@@ -154,7 +154,9 @@ type Allocation struct {
 	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	// The template the server was created from by Create; empty for a server
 	// allocated from a fleet.
-	Template      string `protobuf:"bytes,9,opt,name=template,proto3" json:"template,omitempty"`
+	Template string `protobuf:"bytes,9,opt,name=template,proto3" json:"template,omitempty"`
+	// The idempotency key the allocation was made with, if any.
+	AllocationKey string `protobuf:"bytes,10,opt,name=allocationKey,proto3" json:"allocationKey,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -248,6 +250,13 @@ func (x *Allocation) GetOwner() string {
 func (x *Allocation) GetTemplate() string {
 	if x != nil {
 		return x.Template
+	}
+	return ""
+}
+
+func (x *Allocation) GetAllocationKey() string {
+	if x != nil {
+		return x.AllocationKey
 	}
 	return ""
 }
@@ -367,7 +376,12 @@ type ReleaseRequest struct {
 	// Release there, with the credentials of the policy naming that
 	// endpoint, and the remote releases it only if it was allocated for the
 	// caller.
-	Source        string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,3,opt,name=source,proto3" json:"source,omitempty"`
+	// Instead of gameServerName: the allocation the caller made with this
+	// idempotency key (the quartermaster.dev/allocation-key annotation of
+	// its AllocationRequest), in namespace. A forwarder uses it to give back
+	// an allocation whose answer it never received.
+	AllocationKey string `protobuf:"bytes,4,opt,name=allocationKey,proto3" json:"allocationKey,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +433,13 @@ func (x *ReleaseRequest) GetGameServerName() string {
 func (x *ReleaseRequest) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetAllocationKey() string {
+	if x != nil {
+		return x.AllocationKey
 	}
 	return ""
 }
@@ -676,7 +697,7 @@ const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1c\n" +
 	"\tallOwners\x18\x03 \x01(\bR\tallOwners\"N\n" +
 	"\fListResponse\x12>\n" +
-	"\vallocations\x18\x01 \x03(\v2\x1c.quartermaster.v1.AllocationR\vallocations\"\xdf\x02\n" +
+	"\vallocations\x18\x01 \x03(\v2\x1c.quartermaster.v1.AllocationR\vallocations\"\x85\x03\n" +
 	"\n" +
 	"Allocation\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12&\n" +
@@ -687,17 +708,20 @@ const file_allocator_pb_quartermaster_v1_quartermaster_proto_rawDesc = "" +
 	"\bnodeName\x18\x06 \x01(\tR\bnodeName\x12<\n" +
 	"\vallocatedAt\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vallocatedAt\x12\x14\n" +
 	"\x05owner\x18\b \x01(\tR\x05owner\x12\x1a\n" +
-	"\btemplate\x18\t \x01(\tR\btemplate\".\n" +
+	"\btemplate\x18\t \x01(\tR\btemplate\x12$\n" +
+	"\rallocationKey\x18\n" +
+	" \x01(\tR\rallocationKey\".\n" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\"7\n" +
 	"\aAddress\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"n\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x94\x01\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12&\n" +
 	"\x0egameServerName\x18\x02 \x01(\tR\x0egameServerName\x12\x16\n" +
-	"\x06source\x18\x03 \x01(\tR\x06source\"O\n" +
+	"\x06source\x18\x03 \x01(\tR\x06source\x12$\n" +
+	"\rallocationKey\x18\x04 \x01(\tR\rallocationKey\"O\n" +
 	"\x0fReleaseResponse\x12<\n" +
 	"\n" +
 	"allocation\x18\x01 \x01(\v2\x1c.quartermaster.v1.AllocationR\n" +
