@@ -104,6 +104,12 @@ type Cluster struct {
 type Replica struct {
 	GRPC, HTTP string
 	Pid        int
+
+	// proc and cmd are the running process and the command line that
+	// started it, so that a fault can kill it and start it again.
+	proc  kindcluster.Process
+	cmd   kindcluster.Command
+	ready string
 }
 
 type ownedProcess struct {
@@ -316,14 +322,15 @@ func (r *Rig) startCluster(ctx context.Context, i int) error {
 			args = append(args, "--replicas", strconv.Itoa(replicas), "--replica-shard", strconv.Itoa(n))
 		}
 		args = append(args, r.opts.ServeArgs...)
-		p, err := r.start(fmt.Sprintf("%s allocator %d", c.Name, n), kindcluster.Command{
+		cmd := kindcluster.Command{
 			Path: r.opts.QM, Args: args, LogFile: filepath.Join(dir, fmt.Sprintf("allocator-%d.log", n)),
-		})
+		}
+		p, err := r.start(fmt.Sprintf("%s allocator %d", c.Name, n), cmd)
 		if err != nil {
 			return err
 		}
 		rep := &c.Replicas[n]
-		rep.Pid = p.Pid()
+		rep.Pid, rep.proc, rep.cmd, rep.ready = p.Pid(), p, cmd, ready
 		if !r.dry {
 			if rep.GRPC, rep.HTTP, err = waitReady(ctx, ready, p, r.opts.StartTimeout); err != nil {
 				return fmt.Errorf("allocator %d: %w (log: %s)", n, err, filepath.Join(dir, fmt.Sprintf("allocator-%d.log", n)))
