@@ -24,7 +24,7 @@ const (
 	// AllocationKeyAnnotation carries the caller's idempotency key in an
 	// AllocationRequest's metadata.annotations, and on the GameServer it
 	// allocated.
-	AllocationKeyAnnotation = "quartermaster.dev/allocation-key"
+	AllocationKeyAnnotation = wire.AllocationKeyAnnotation
 	// AllocationKeyHeader is the gRPC metadata (and HTTP header) form of
 	// the key, for clients that can set headers; the annotation wins when
 	// both are given and differ.

@@ -14,14 +14,22 @@ import (
 // registry Register is given, never the global one, so tests (and several
 // servers in one process) each see their own values.
 type Metrics struct {
-	Latency     *prometheus.HistogramVec // namespace, fleet, source
-	Outcomes    *prometheus.CounterVec   // namespace, fleet, source, code
-	Retries     *prometheus.CounterVec   // namespace, fleet
-	InFlight    prometheus.Gauge
-	Rejections  *prometheus.CounterVec // reason
-	AdminCalls  *prometheus.CounterVec // method, code
-	nsLabels    boundedLabels
-	fleetLabels boundedLabels
+	Latency    *prometheus.HistogramVec // namespace, fleet, source
+	Outcomes   *prometheus.CounterVec   // namespace, fleet, source, code
+	Retries    *prometheus.CounterVec   // namespace, fleet
+	InFlight   prometheus.Gauge
+	Rejections *prometheus.CounterVec // reason
+	AdminCalls *prometheus.CounterVec // method, code
+	// Idempotency keys (idempotency.go): requests that carried one, and
+	// what became of them.
+	Keys           prometheus.Counter
+	KeyReplays     prometheus.Counter
+	KeyConflicts   prometheus.Counter
+	KeyReleased    prometheus.Counter
+	KeyEvictions   prometheus.Counter
+	AbandonedGiven prometheus.Counter
+	nsLabels       boundedLabels
+	fleetLabels    boundedLabels
 	// srcLabels bounds the source label: cluster names come from the
 	// policies, which an operator writes, but a policies file can name
 	// any number of them.
@@ -118,6 +126,30 @@ func NewMetrics() *Metrics {
 			Namespace: "qm", Subsystem: "allocator", Name: "admin_requests_total",
 			Help: "List and Release requests, by method and gRPC status code.",
 		}, []string{"method", "code"}),
+		Keys: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_keys_total",
+			Help: "Allocation requests that carried an idempotency key (the quartermaster.dev/allocation-key annotation or header).",
+		}),
+		KeyReplays: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_key_replays_total",
+			Help: "Requests with an idempotency key already allocated, answered with that allocation as it stands and nothing applied again.",
+		}),
+		KeyConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_key_conflicts_total",
+			Help: "Requests refused because their idempotency key was first used with a different request (InvalidArgument).",
+		}),
+		KeyReleased: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_key_released_total",
+			Help: "Requests refused because the allocation their idempotency key made was released (FailedPrecondition).",
+		}),
+		KeyEvictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "allocation_key_evictions_total",
+			Help: "Idempotency keys forgotten before their window ended because the table of keys was full (a duplicate of one is a new allocation).",
+		}),
+		AbandonedGiven: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "qm", Subsystem: "allocator", Name: "abandoned_allocations_released_total",
+			Help: "Allocations without an idempotency key that committed after their caller cancelled or passed its deadline, given back since nobody knows of them.",
+		}),
 		nsLabels:    boundedLabels{max: maxLabelValues},
 		fleetLabels: boundedLabels{max: maxLabelValues},
 		srcLabels:   boundedLabels{max: maxSourceLabels},
@@ -131,7 +163,8 @@ func NewMetrics() *Metrics {
 
 // Register adds every metric to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.Latency, m.Outcomes, m.Retries, m.InFlight, m.Rejections, m.AdminCalls} {
+	for _, c := range []prometheus.Collector{m.Latency, m.Outcomes, m.Retries, m.InFlight, m.Rejections, m.AdminCalls,
+		m.Keys, m.KeyReplays, m.KeyConflicts, m.KeyReleased, m.KeyEvictions, m.AbandonedGiven} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

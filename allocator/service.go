@@ -56,6 +56,12 @@ type Options struct {
 	MultiCluster MultiCluster
 	// Templates the AllocationAdmin API's Create may use; nil for none.
 	Templates *TemplatesConfig
+	// KeyWindow is how long an idempotency key is remembered after its
+	// allocation or release (DefaultKeyWindow when zero); MaxKeys bounds
+	// the keys remembered (DefaultMaxKeys when zero), the oldest
+	// forgotten first.
+	KeyWindow time.Duration
+	MaxKeys   int
 }
 
 // Service is the allocator's request handling, shared by the gRPC and REST
@@ -78,6 +84,8 @@ type Service struct {
 	tracer atomic.Pointer[Tracer]
 
 	templates atomic.Pointer[TemplatesConfig] // create.go; nil: none
+
+	keys *keyTable // idempotency.go
 
 	ownerMaps  sync.Map // identity → map[string]string{OwnerAnnotation: identity}
 	ownerMapsN atomic.Int64
@@ -125,6 +133,7 @@ func NewService(o Options) (*Service, error) {
 	}
 	s.limits.Store(newLimiter(o.Limits))
 	s.templates.Store(o.Templates)
+	s.keys = newKeyTable(o.KeyWindow, o.MaxKeys, s.metrics.KeyEvictions.Inc)
 	return s, nil
 }
 
@@ -237,6 +246,9 @@ func (s *Service) Release(ctx context.Context, identity string, in *qmv1.Release
 }
 
 func (s *Service) release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	if in.GetAllocationKey() != "" {
+		return s.releaseByKey(ctx, identity, in)
+	}
 	key, err := wire.ReleaseKey(in)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -257,14 +269,28 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	if owner != identity && !s.limits.Load().isAdmin(identity) {
 		return nil, notYours
 	}
+	resp, err := s.releaseServer(ctx, gs, notYours)
+	if err == nil {
+		if k, ok := gs.Annotations[AllocationKeyAnnotation]; ok && k != "" {
+			s.keys.released(KeyScope(owner, k), s.now())
+		}
+	}
+	return resp, err
+}
+
+// releaseServer gives back gs, allocated as it is now; notYours is the
+// answer when it is not (or not for the caller a forwarded Release is
+// for).
+func (s *Service) releaseServer(ctx context.Context, gs *core.GameServer, notYours error) (*qmv1.ReleaseResponse, error) {
 	// A Release another allocator forwarded gives back only what was
 	// allocated for the caller it forwards for (forward.ReleasedFor).
 	if !forward.ReleasedFor(ctx, gs) {
 		return nil, notYours
 	}
+	owner := gs.Annotations[OwnerAnnotation]
 	stamp := gs.LastAllocated()
 	at, _ := wire.AllocatedAt(gs)
-	_, err = s.backend.Release(ctx, key, stamp)
+	_, err := s.backend.Release(ctx, gs.Key(), stamp)
 	switch {
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrNotAllocated):
 		return nil, notYours

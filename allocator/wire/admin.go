@@ -12,6 +12,10 @@ import (
 // API's Create: its value names the template (allocator.TemplateLabel).
 const TemplateLabel = "quartermaster.dev/template"
 
+// AllocationKeyAnnotation carries the idempotency key an allocation was
+// made with, on its server (allocator.AllocationKeyAnnotation).
+const AllocationKeyAnnotation = "quartermaster.dev/allocation-key"
+
 // AllocationRecord describes an allocation held by owner for the
 // AllocationAdmin API's List and Release answers. allocatedAt is when the
 // allocation was made; the zero time leaves it unset rather than claiming
@@ -29,6 +33,7 @@ func AllocationRecord(gs *core.GameServer, owner string, allocatedAt time.Time) 
 	out.Address = gs.Address
 	out.NodeName = gs.NodeName
 	out.Template = gs.Labels[TemplateLabel]
+	out.AllocationKey = gs.Annotations[AllocationKeyAnnotation]
 	for _, a := range gs.Addresses {
 		out.Addresses = append(out.Addresses, &qmv1.Address{Type: a.Type, Address: a.Address})
 	}
