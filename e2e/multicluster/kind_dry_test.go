@@ -94,7 +94,7 @@ func TestKindPathDryRun(t *testing.T) {
 	}
 	for _, want := range []string{
 		"docker network inspect kind --format '{{json .IPAM.Config}}'\n",
-		"# link on-prem -> cloud: listen 172.18.0.1:39444, dialled as 172.18.0.1:39444 -> 127.0.0.1:38444, 3ms latency, 1ms jitter\n",
+		"# link on-prem -> cloud: listen 172.18.0.1:29444, dialled as 172.18.0.1:29444 -> 127.0.0.1:28444, 3ms latency, 1ms jitter\n",
 		"# update Secret default/qm-cloud on on-prem's API server",
 		"docker restart --time 0 qm-on-prem-control-plane\n",
 		"kind delete cluster --name qm-cloud",

@@ -11,14 +11,17 @@ import (
 
 // Fixed ports. The allocator's Service is a NodePort on AllocatorNodePort,
 // which kind maps to a host port: the callers on the host reach it there,
-// and so do the links other clusters' allocators forward through.
+// and so do the links other clusters' allocators forward through. The
+// default host ports lie below every common ephemeral port range (Linux's
+// starts at 32768), where no outgoing connection takes them as its local
+// port and keeps Docker from publishing them (ports.go).
 const (
 	AllocatorNodePort = 30443
 	// DefaultAPIServerPort + i is cluster i's API server on the host.
-	DefaultAPIServerPort = 36443
+	DefaultAPIServerPort = 26443
 	// DefaultCallerPort + i is where callers on the host reach cluster i's
 	// allocators (any replica, through the Service).
-	DefaultCallerPort = 38443
+	DefaultCallerPort = 28443
 	// MaxClusters bounds a kind rig's clusters: the host ports of cluster
 	// i's allocator replicas are spaced by it (ReplicaCallerPort).
 	MaxClusters = 100

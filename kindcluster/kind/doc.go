@@ -17,7 +17,9 @@
 // by `docker restart` of its cluster's node, a connection Secret rotated
 // through the API.
 //
-// Every step goes through a Runner, so a dry run records the whole story
-// (tests keep it as a golden file); machines without Docker and kind's node
-// image, such as the ones this project is built on, can only run it dry.
+// Every step goes through a Runner: Exec does it (kind's Go API, docker,
+// kubectl), DryRun records the whole story (tests keep it as a golden
+// file, and test Exec against a stand-in docker). Machines with Docker
+// but no registry build kind's node image and the qm image offline first
+// (hack/kind/setup-host.sh, make kind-node-image; docs/local-clusters.md).
 package kind

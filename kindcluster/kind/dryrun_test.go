@@ -75,7 +75,7 @@ func TestDryRunUpDown(t *testing.T) {
 			}
 		}
 	}
-	if got, want := r.Clusters[1].CallerAddr, "127.0.0.1:38444"; got != want {
+	if got, want := r.Clusters[1].CallerAddr, "127.0.0.1:28444"; got != want {
 		t.Errorf("cloud's caller address %s, want %s", got, want)
 	}
 	// The allocators are dialled at the links on the gateway: their

@@ -2,11 +2,15 @@ package kind
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	kindcluster "github.com/quartermaster-dev/quartermaster/kindcluster"
 )
@@ -17,7 +21,8 @@ import (
 // $FAKE_DIR/log and answers as a daemon with the clusters named by the
 // files in $FAKE_DIR/clusters, each one control-plane node
 // NAME-control-plane; an image import's standard input goes to
-// $FAKE_DIR/import-NODE.
+// $FAKE_DIR/import-NODE. With $FAKE_RUN_FAIL set, `docker run` prints it
+// and exits 125, as Docker does when it cannot start a container.
 const fakeDocker = `#!/bin/sh
 set -eu
 log="$FAKE_DIR/log"
@@ -80,6 +85,10 @@ CONF
 	esac ;;
 info) echo '{"CgroupDriver":"cgroupfs","CgroupVersion":"1","MemoryLimit":true,"PidsLimit":true,"CPUShares":true,"SecurityOptions":[]}' ;;
 run)
+	if [ -n "${FAKE_RUN_FAIL:-}" ]; then
+		echo "$FAKE_RUN_FAIL" >&2
+		exit 125
+	fi
 	for a in "$@"; do
 		case "$a" in label=io.x-k8s.kind.cluster=* | io.x-k8s.kind.cluster=*) : >"$FAKE_DIR/clusters/${a#*io.x-k8s.kind.cluster=}" ;; esac
 	done ;;
@@ -246,7 +255,10 @@ func TestExecRun(t *testing.T) {
 func TestExecCreate(t *testing.T) {
 	dir := withFakeDocker(t)
 	top := loadExample(t)
-	opts := Options{NodeImage: "example.test/node:v1"}
+	// Ports of the test's own, free now: a rig running on this machine
+	// holds the default ones.
+	api, caller := freePort(t), freePort(t)
+	opts := Options{NodeImage: "example.test/node:v1", APIServerPort: api, CallerPort: caller}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := NewExec(nil).Create("qm-cloud", Config(top, 1, opts), "kind.yaml", kubeconfig, 0); err != nil {
 		t.Fatalf("Create: %v\ndocker calls:\n%s", err, strings.Join(fakeLog(t, dir), "\n"))
@@ -260,10 +272,10 @@ func TestExecCreate(t *testing.T) {
 	for _, want := range []string{
 		"|--hostname|qm-cloud-control-plane|",
 		"|--privileged|",
-		"|--publish=127.0.0.1:38444:30443/TCP|",
-		"|--publish=127.0.0.1:38544:30444/TCP|",
-		"|--publish=127.0.0.1:38644:30445/TCP|",
-		"|--publish=127.0.0.1:36444:6443/TCP|",
+		fmt.Sprintf("|--publish=127.0.0.1:%d:30443/TCP|", caller+1),
+		fmt.Sprintf("|--publish=127.0.0.1:%d:30444/TCP|", caller+101),
+		fmt.Sprintf("|--publish=127.0.0.1:%d:30445/TCP|", caller+201),
+		fmt.Sprintf("|--publish=127.0.0.1:%d:6443/TCP|", api+1),
 		"|example.test/node:v1",
 	} {
 		if !strings.Contains(run+"|", want) {
@@ -273,4 +285,104 @@ func TestExecCreate(t *testing.T) {
 	if kc, err := os.ReadFile(kubeconfig); err != nil || !strings.Contains(string(kc), "server: https://127.0.0.1:36443") {
 		t.Errorf("kubeconfig %s: %v\n%s", kubeconfig, err, kc)
 	}
+}
+
+// TestExecCreateWaitsForPorts: a host port of the config held by another
+// socket keeps Create from calling docker run at all, and after the wait
+// it fails naming that port; once the port is free, Create runs.
+func TestExecCreateWaitsForPorts(t *testing.T) {
+	dir := withFakeDocker(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := held.Addr().(*net.TCPAddr).Port
+	top := loadExample(t)
+	cfg := Config(top, 0, Options{NodeImage: "example.test/node:v1", CallerPort: port})
+	var log strings.Builder
+	e := NewExec(&log)
+	e.PortWait = 2 * time.Second
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	err = e.Create("qm-on-prem", cfg, "kind.yaml", kubeconfig, 0)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	if err == nil || !strings.Contains(err.Error(), "host port "+addr+" is still in use") {
+		t.Errorf("Create with %s taken: %v", addr, err)
+	}
+	if !strings.Contains(log.String(), "host port "+addr+" is in use") {
+		t.Errorf("the log does not say what Create waits for: %q", log.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "log")); strings.Contains(string(b), "run|") {
+		t.Errorf("docker run was called with the port taken:\n%s", b)
+	}
+
+	// Freed during the wait: Create goes on.
+	e.PortWait = time.Minute
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		held.Close()
+	}()
+	if err := e.Create("qm-on-prem", cfg, "kind.yaml", kubeconfig, 0); err != nil {
+		t.Fatalf("Create after the port was freed: %v", err)
+	}
+	if !hasCallPrefix(fakeLog(t, dir), "run|") {
+		t.Error("no docker run after the port was freed")
+	}
+}
+
+// TestExecCreateSaysWhy: when docker run fails, Create's error carries
+// what Docker printed, and a port taken between the check and Docker's
+// bind gets one more try, logged; any other failure gets none.
+func TestExecCreateSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name, stderr string
+		runs         int
+	}{
+		{"port", "docker: Error response from daemon: driver failed programming external connectivity: listen tcp4 127.0.0.1:28443: bind: address already in use", 2},
+		{"other", "docker: Error response from daemon: no space left on device", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := withFakeDocker(t)
+			t.Setenv("FAKE_RUN_FAIL", tc.stderr)
+			top := loadExample(t)
+			var log strings.Builder
+			e := NewExec(&log)
+			opts := Options{NodeImage: "example.test/node:v1", APIServerPort: freePort(t), CallerPort: freePort(t)}
+			err := e.Create("qm-on-prem", Config(top, 0, opts), "kind.yaml", filepath.Join(t.TempDir(), "kubeconfig"), 0)
+			if err == nil || !strings.Contains(err.Error(), "exit status 125") || !strings.Contains(err.Error(), tc.stderr) {
+				t.Errorf("Create's error lacks Docker's reason %q: %v", tc.stderr, err)
+			}
+			runs := 0
+			for _, c := range fakeLog(t, dir) {
+				if strings.HasPrefix(c, "run|") {
+					runs++
+				}
+			}
+			if runs != tc.runs {
+				t.Errorf("docker run called %d times, want %d", runs, tc.runs)
+			}
+			if again := strings.Contains(log.String(), "creating kind cluster qm-on-prem again"); again != (tc.runs > 1) {
+				t.Errorf("log of a retry: %v, want %v:\n%s", again, tc.runs > 1, log.String())
+			}
+		})
+	}
+}
+
+// freePort is a TCP port on 127.0.0.1 that nothing held a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func hasCallPrefix(calls []string, prefix string) bool {
+	for _, c := range calls {
+		if strings.HasPrefix(c, prefix) {
+			return true
+		}
+	}
+	return false
 }

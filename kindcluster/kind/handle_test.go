@@ -154,7 +154,7 @@ func TestHandleOnAPIServer(t *testing.T) {
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("the rotated certificate does not chain to the rig's CA: %v", err)
 		}
-		if file, err := os.ReadFile(filepath.Join(r.manifestsDir("on-prem"), "40-policies.yaml")); err != nil || !strings.Contains(string(file), "172.18.0.1:39444") {
+		if file, err := os.ReadFile(filepath.Join(r.manifestsDir("on-prem"), "40-policies.yaml")); err != nil || !strings.Contains(string(file), "172.18.0.1:29444") {
 			t.Errorf("policies manifest after rotation: %v, want it rewritten with the links", err)
 		}
 	})

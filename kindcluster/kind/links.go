@@ -34,7 +34,7 @@ import (
 // from cluster i to cluster j (of n) listens on DefaultLinkPort + i*n + j.
 // i == j is the cluster's link to itself, which a policy that loops back
 // names.
-const DefaultLinkPort = 39443
+const DefaultLinkPort = 29443
 
 // KindNetwork is the Docker network kind puts its nodes on (kind's own
 // default; KIND_EXPERIMENTAL_DOCKER_NETWORK changes it, and then so must

@@ -85,8 +85,8 @@ func TestLinkEndpoints(t *testing.T) {
 			seen[ep] = from.Name + " -> " + to.Name
 		}
 	}
-	if got := linkEndpoints(top, 0, "172.18.0.1", DefaultLinkPort)["cloud"][0]; got != "172.18.0.1:39444" {
-		t.Errorf("on-prem -> cloud: %s, want 172.18.0.1:39444", got)
+	if got := linkEndpoints(top, 0, "172.18.0.1", DefaultLinkPort)["cloud"][0]; got != "172.18.0.1:29444" {
+		t.Errorf("on-prem -> cloud: %s, want 172.18.0.1:29444", got)
 	}
 	if got := linkEndpoints(top, 1, "fc00::1", 40000)["cloud"][0]; got != "[fc00::1]:40003" {
 		t.Errorf("an IPv6 host address: %s, want [fc00::1]:40003", got)
@@ -119,14 +119,14 @@ func TestHostAddressFromEnvironment(t *testing.T) {
 	if strings.Contains(steps, "network inspect") {
 		t.Errorf("Docker was asked for the gateway although the environment gave the address:\n%s", steps)
 	}
-	if want := "# link on-prem -> cloud: listen 0.0.0.0:39444, dialled as host.docker.internal:39444 -> 127.0.0.1:38444"; !strings.Contains(steps, want) {
+	if want := "# link on-prem -> cloud: listen 0.0.0.0:29444, dialled as host.docker.internal:29444 -> 127.0.0.1:28444"; !strings.Contains(steps, want) {
 		t.Errorf("no %q in:\n%s", want, steps)
 	}
 	policies, err := os.ReadFile(filepath.Join(opts.Dir, "on-prem", "manifests", "40-policies.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(policies), "- host.docker.internal:39444") {
+	if !strings.Contains(string(policies), "- host.docker.internal:29444") {
 		t.Errorf("on-prem's policies do not name the link by the host name:\n%s", policies)
 	}
 	pemCert, err := os.ReadFile(r.Certs.ServerCert())

@@ -44,6 +44,11 @@ type Runner interface {
 type Exec struct {
 	Provider *cluster.Provider
 	Programs kindcluster.Runner
+	// Log receives why Create waits or tries again (may be nil).
+	Log io.Writer
+	// PortWait bounds Create's wait for the config's host ports to be
+	// free (default DefaultPortWait).
+	PortWait time.Duration
 }
 
 var _ Runner = (*Exec)(nil)
@@ -53,17 +58,44 @@ func NewExec(log io.Writer) *Exec {
 	return &Exec{
 		Provider: cluster.NewProvider(cluster.ProviderWithLogger(writerLogger{w: log}), cluster.ProviderWithDocker()),
 		Programs: kindcluster.ExecRunner{},
+		Log:      log,
 	}
 }
 
-// Create implements Runner.
+// createAttempts bounds Create's tries: a second one only when a host
+// port was taken between the wait for it and Docker's bind.
+const createAttempts = 2
+
+// Create implements Runner. It first waits for the config's host ports
+// to be free (ports.go says why they may not be), and a failure says what
+// the failed command printed.
 func (e *Exec) Create(name string, config *v1alpha4.Cluster, _, kubeconfig string, wait time.Duration) error {
-	return e.Provider.Create(name,
-		cluster.CreateWithV1Alpha4Config(config),
-		cluster.CreateWithKubeconfigPath(kubeconfig),
-		cluster.CreateWithWaitForReady(wait),
-		cluster.CreateWithDisplayUsage(false),
-		cluster.CreateWithDisplaySalutation(false))
+	portWait := e.PortWait
+	if portWait == 0 {
+		portWait = DefaultPortWait
+	}
+	for attempt := 1; ; attempt++ {
+		if err := waitForPorts(hostPorts(config), portWait, e.logf); err != nil {
+			return fmt.Errorf("kind cluster %s: %w", name, err)
+		}
+		err := withOutput(e.Provider.Create(name,
+			cluster.CreateWithV1Alpha4Config(config),
+			cluster.CreateWithKubeconfigPath(kubeconfig),
+			cluster.CreateWithWaitForReady(wait),
+			cluster.CreateWithDisplayUsage(false),
+			cluster.CreateWithDisplaySalutation(false)))
+		if err == nil || attempt == createAttempts || !portTaken(err) {
+			return err
+		}
+		// kind deleted the node it could not start.
+		e.logf("creating kind cluster %s again: a host port was taken after the check: %v", name, err)
+	}
+}
+
+func (e *Exec) logf(format string, args ...any) {
+	if e.Log != nil {
+		fmt.Fprintf(e.Log, format+"\n", args...)
+	}
 }
 
 // KubeConfig implements Runner.
