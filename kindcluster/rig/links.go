@@ -3,6 +3,7 @@ package rig
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,7 +30,17 @@ const (
 	FaultReset Fault = "reset"
 	// FaultSlow adds a second of latency each way.
 	FaultSlow Fault = "slow"
+	// FaultAnswerLost lets what the caller sends through and resets a
+	// connection at the first bytes coming back: a request on a connection
+	// open when the fault began reaches the allocator, which acts on it,
+	// and its answer never arrives. A new connection is reset at the
+	// server's first handshake bytes, so nothing sent on it reaches the
+	// allocator.
+	FaultAnswerLost Fault = "answer-lost"
 )
+
+// faults lists the faults a link knows, in the order Faults reports them.
+var faults = []Fault{FaultDown, FaultReset, FaultSlow, FaultAnswerLost}
 
 // Proxy is one proxied connection path from an end to an allocator replica.
 type Proxy struct {
@@ -140,10 +151,8 @@ func (l *Proxy) SetLatency(lat Link) error {
 
 // Set switches a fault on or off.
 func (l *Proxy) Set(f Fault, on bool) error {
-	switch f {
-	case FaultDown, FaultReset, FaultSlow:
-	default:
-		return fmt.Errorf("unknown fault %q (want %s, %s or %s)", f, FaultDown, FaultReset, FaultSlow)
+	if !slices.Contains(faults, f) {
+		return fmt.Errorf("unknown fault %q (want %s, %s, %s or %s)", f, FaultDown, FaultReset, FaultSlow, FaultAnswerLost)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -156,7 +165,7 @@ func (l *Proxy) Faults() []Fault {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []Fault
-	for _, f := range []Fault{FaultDown, FaultReset, FaultSlow} {
+	for _, f := range faults {
 		if l.faults[f] {
 			out = append(out, f)
 		}
@@ -191,6 +200,11 @@ func (l *Proxy) apply() error {
 	}
 	if l.faults[FaultReset] {
 		want["reset_upstream"] = `{"name":"reset_upstream","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`
+	}
+	if l.faults[FaultAnswerLost] {
+		// reset_peer resets the connection at the first chunk that
+		// reaches it, dropping the chunk.
+		want["answer_lost"] = `{"name":"answer_lost","type":"reset_peer","stream":"downstream","attributes":{"timeout":0}}`
 	}
 	// Replace the toxics wholesale: few, and changed rarely.
 	l.proxy.Toxics.ResetToxics(context.Background())
