@@ -60,8 +60,25 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// ResultAPIVersion and ResultKind mark a result document, so that qm
+// report tells it from its other inputs.
+const (
+	ResultAPIVersion = "quartermaster.dev/v1alpha1"
+	ResultKind       = "SoakResult"
+)
+
 // Result is the checker's verdict on one run.
 type Result struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Start and End are the run's; FaultSpans its faults in start order,
+	// and Timeline its requests second by second, for drawing the faults
+	// over the load.
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	FaultSpans []Fault   `json:"faultSpans,omitempty"`
+	Timeline   []Second  `json:"timeline,omitempty"`
+
 	Requests int `json:"requests"`
 	OK       int `json:"ok"`
 	Released int `json:"released"`
@@ -135,13 +152,15 @@ func (p *promise) violate(format string, args ...any) {
 // the settle period, when nothing the run started is still in flight.
 func Check(h *History, snap *Snapshot, cfg Config) *Result {
 	cfg = cfg.withDefaults()
-	c := checker{h: h, snap: snap, cfg: cfg, res: &Result{}}
+	c := checker{h: h, snap: snap, cfg: cfg, res: &Result{APIVersion: ResultAPIVersion, Kind: ResultKind,
+		Start: h.Run.Start, End: h.Run.End, FaultSpans: h.Faults}}
 	c.index()
 	c.count()
 	c.doubleHolds()
 	c.asAnswered()
 	c.dangling()
 	c.faults()
+	c.res.Timeline = Timeline(h)
 	for _, name := range c.order {
 		c.res.Promises = append(c.res.Promises, c.proms[name].p)
 	}
@@ -318,8 +337,13 @@ func (c *checker) asAnswered() {
 			continue
 		}
 		if s.Release != nil && notHeldCodes[s.Release.Result] && !s.Release.Retried {
-			p.violate("request %d (caller %s): %s/%s answered %s, its release %s answered %s: not held until its release",
-				s.ID, s.Caller, cluster, s.Server, c.at(s.Answered), c.at(s.Release.At), s.Release.Result)
+			if gs := c.find(cluster, s); ok && gs != nil && c.stillHeld(gs, s) {
+				p.violate("request %d (caller %s): %s/%s answered %s, its release %s answered %s, yet the server is still Allocated to %s at the end and no later session holds it: the release was refused for a server the caller held",
+					s.ID, s.Caller, cluster, s.Server, c.at(s.Answered), c.at(s.Release.At), s.Release.Result, s.ExpectedOwner())
+			} else {
+				p.violate("request %d (caller %s): %s/%s answered %s, its release %s answered %s: not held until its release",
+					s.ID, s.Caller, cluster, s.Server, c.at(s.Answered), c.at(s.Release.At), s.Release.Result)
+			}
 		}
 		if !ok {
 			continue // the cluster's objects are unknown
@@ -343,6 +367,21 @@ func (c *checker) asAnswered() {
 			p.violate("request %d (caller %s): %s/%s is Allocated to %s, not to %s", s.ID, s.Caller, cluster, s.Server, gs.Owner, s.ExpectedOwner())
 		}
 	}
+}
+
+// stillHeld says whether gs is Allocated to s's owner at the end with no
+// session answered after s holding it: the allocation s was answered is
+// the one still there.
+func (c *checker) stillHeld(gs *GameServer, s *Session) bool {
+	if gs.State != StateAllocated || (gs.Owner != "" && gs.Owner != s.ExpectedOwner()) {
+		return false
+	}
+	for _, o := range c.held[serverKey{gs.Cluster, s.Namespace, gs.Name}] {
+		if o != s && o.Answered.After(s.Answered) {
+			return false
+		}
+	}
+	return true
 }
 
 // elsewhere names another read cluster with a server of the session's
@@ -381,6 +420,9 @@ func (c *checker) dangling() {
 		}
 		switch {
 		case live:
+		case last != nil && notHeldCodes[last.Release.Result] && !last.Release.Retried:
+			// Its release was refused as not held: held-as-answered
+			// reports it, once.
 		case last == nil:
 			p.violate("%s is Allocated (owner %q, last allocated %q) and was never answered to a caller", serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated)
 		case last.Release.Result != CodeOK && !c.cfg.Strict:

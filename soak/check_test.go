@@ -138,6 +138,13 @@ func TestCheckPromises(t *testing.T) {
 			example: map[string]string{PromiseHeldAsAnswered: "its release +4s answered NotFound"},
 		},
 		{
+			name:    "a release refused for a server still held: NotFound, yet Allocated to the caller at the end",
+			h:       hist(withRelease(ok(1, "alice", "a", "", "gs-1", 1, 4), "NotFound", false)),
+			s:       snap(gs("a", "gs-1", "Allocated", "alice")),
+			want:    map[string]int{PromiseHeldAsAnswered: 1},
+			example: map[string]string{PromiseHeldAsAnswered: "its release +4s answered NotFound, yet the server is still Allocated to alice at the end and no later session holds it"},
+		},
+		{
 			name: "a retried release's NotFound may be its first attempt's success",
 			h:    hist(withRelease(ok(1, "alice", "a", "", "gs-1", 1, 4), "NotFound", true)),
 			s:    snap(gs("a", "gs-1", "Ready", "")),
@@ -340,5 +347,49 @@ func TestResultWriters(t *testing.T) {
 	}
 	if back.Violations() != 1 || back.Faults[0].Kind != FaultLinkSlow {
 		t.Errorf("JSON round trip: %+v", back)
+	}
+}
+
+func TestTimelineBucketsBySecondSent(t *testing.T) {
+	h := hist(
+		ok(1, "alice", "a", "", "gs-1", 0.5, -1), // sent 0.49, 10ms
+		failed(2, "alice", "a", 0.7, "Unavailable"),
+		ok(3, "alice", "a", "", "gs-2", 2.5, -1),
+	)
+	h.Run.End = at(3.5)
+	tl := Timeline(h)
+	if len(tl) != 4 {
+		t.Fatalf("%d seconds, want 4 (0 to 3)", len(tl))
+	}
+	want := []Second{
+		{At: 0, Sent: 2, OK: 1, Failed: 1, P50: 10 * time.Millisecond, P99: 10 * time.Millisecond},
+		{At: 1},
+		{At: 2, Sent: 1, OK: 1, P50: 10 * time.Millisecond, P99: 10 * time.Millisecond},
+		{At: 3},
+	}
+	for i := range want {
+		g := tl[i]
+		g.P50, g.P99 = g.P50.Round(time.Millisecond), g.P99.Round(time.Millisecond)
+		if g != want[i] {
+			t.Errorf("second %d: %+v, want %+v", i, g, want[i])
+		}
+	}
+	res := Check(h, snap(gs("a", "gs-1", "Allocated", "alice"), gs("a", "gs-2", "Allocated", "alice")), Config{})
+	var buf bytes.Buffer
+	if err := res.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResult(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Kind != ResultKind || len(back.Timeline) != 4 || back.Timeline[0].Failed != 1 || !back.Start.Equal(t0) {
+		t.Fatalf("read back %+v", back)
+	}
+	if _, err := ReadResult([]byte(`{"kind":"LoadResult"}`)); err == nil || !strings.Contains(err.Error(), `kind "LoadResult", want "SoakResult"`) {
+		t.Fatalf("another kind: %v", err)
+	}
+	if _, err := ReadResult([]byte(`{"kind":"SoakResult","bogus":1}`)); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("an unknown field: %v", err)
 	}
 }

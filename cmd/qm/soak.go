@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/quartermaster-dev/quartermaster/soak"
 )
@@ -13,7 +14,7 @@ import (
 func init() {
 	register(command{
 		name:    "soak",
-		summary: "check a soak run's history against the final GameServer objects",
+		summary: "run load with faults on a schedule against a rig (or an allocator elsewhere) and check what was lost",
 		run:     runSoak,
 	})
 }
@@ -30,20 +31,15 @@ described in soak/README.md.
 flags:
 `
 
-// runSoak is `qm soak SUBCOMMAND`.
-func runSoak(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, _ := newSoakCheckFlags()
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-		usageOf(soakUsage, fs)(stdout)
-		return nil
+// runSoak is `qm soak [flags]` (a run) or `qm soak check FILES`.
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "check" {
+		return soakCheck(args[1:], stdout, stderr)
 	}
-	if len(args) == 0 {
-		return usageFail(stderr, "soak", nil, "want a subcommand: check")
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return usageFail(stderr, "soak", nil, "unknown subcommand %q (want check, or flags for a run)", args[0])
 	}
-	if args[0] != "check" {
-		return usageFail(stderr, "soak", nil, "unknown subcommand %q (want check)", args[0])
-	}
-	return soakCheck(args[1:], stdout, stderr)
+	return soakRun(ctx, args, stdout, stderr)
 }
 
 func newSoakCheckFlags() (*flag.FlagSet, *soakCheckOptions) {
