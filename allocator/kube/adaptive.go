@@ -124,7 +124,18 @@ func (s *spreadControl) current() int {
 // running and widened the spread, so a conflict costs a retry rather than
 // the request. It answers Contention only when those rounds are used up,
 // and "nothing matches" as soon as no Ready match is left.
+//
+// A request with an idempotency key goes through its key's record first
+// (keys.go), so that it is allocated once across replicas.
 func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
+	if key, ok := allocator.KeyOf(req); ok {
+		return b.allocateKeyed(ctx, req, key, now, seed)
+	}
+	return b.allocate(ctx, req, now, seed)
+}
+
+// allocate is Allocate without regard to a key.
+func (b *Backend) allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
 	total := 0
 	for round := 0; ; round++ {
 		// Another seed per round, still derived from the request's.
@@ -158,6 +169,10 @@ func (b *Backend) Allocate(ctx context.Context, req *core.Request, now time.Time
 // setReplicas makes this replica shard of n (0 <= shard < n), as the
 // membership sees it; n <= 1 turns shards off.
 func (b *Backend) setReplicas(shard, n int) {
+	if n <= 1 {
+		shard = 0
+	}
+	b.shard.Store(int32(shard))
 	b.ix.SetReplicaShard(shard, n)
 	b.spread.setReplicas(n)
 	b.metrics.setReplicas(shard, n)

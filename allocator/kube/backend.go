@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -54,7 +57,18 @@ type Config struct {
 	// ProgressInterval is how often WaitForSync logs that it still waits;
 	// 0 means DefaultProgressInterval.
 	ProgressInterval time.Duration
-	Logger           *slog.Logger
+	// KeyNamespace holds the idempotency keys' records (Leases, keys.go):
+	// the allocator's own namespace, shared by its replicas; "" means
+	// DefaultLeaseNamespace().
+	KeyNamespace string
+	// KeyWindow is how long a key is remembered after its allocation;
+	// 0 means DefaultKeyWindow.
+	KeyWindow time.Duration
+	// KeyClaimTimeout bounds a keyed allocation once its key is claimed; a
+	// claim unrecorded after twice this is taken over by another replica.
+	// 0 means DefaultKeyClaimTimeout.
+	KeyClaimTimeout time.Duration
+	Logger          *slog.Logger
 }
 
 // Defaults for Config.
@@ -93,6 +107,17 @@ type Backend struct {
 
 	spread  *spreadControl  // adaptive.go
 	metrics *replicaMetrics // replicametrics.go
+	shard   atomic.Int32    // this replica's shard (0 also without shards)
+
+	// Idempotency keys' records (keys.go).
+	leases     coordinationv1client.LeasesGetter
+	id         string // this replica's name as a claimant
+	keyGroup   string // KeyRecordLabel's value for this backend's records
+	keyMetrics *prometheus.CounterVec
+	// afterKeyedCommit, set by tests only, runs between a keyed
+	// allocation's commit and its record; true stops there, as a replica
+	// killed at that moment would.
+	afterKeyedCommit func() bool
 }
 
 var _ allocator.Backend = (*Backend)(nil)
@@ -123,18 +148,40 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
 	}
+	if cfg.KeyNamespace == "" {
+		cfg.KeyNamespace = DefaultLeaseNamespace()
+	}
+	if cfg.KeyWindow <= 0 {
+		cfg.KeyWindow = DefaultKeyWindow
+	}
+	if cfg.KeyClaimTimeout <= 0 {
+		cfg.KeyClaimTimeout = DefaultKeyClaimTimeout
+	}
 	rc := rest.CopyConfig(cfg.REST)
 	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	client, err := newRESTClient(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kube: client: %w", err)
 	}
+	leases, err := coordinationv1client.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kube: key records client: %w", err)
+	}
+	hostname, _ := os.Hostname()
+	id, err := leaseName(hostname)
+	if err != nil {
+		return nil, err
+	}
 	b := &Backend{
-		cfg:    cfg,
-		client: client,
-		ix:     core.NewIndex(),
-		log:    cfg.Logger,
-		raw:    map[core.Key]*gameServer{},
+		cfg:        cfg,
+		client:     client,
+		ix:         core.NewIndex(),
+		log:        cfg.Logger,
+		raw:        map[core.Key]*gameServer{},
+		leases:     leases,
+		id:         id,
+		keyGroup:   keyGroup(cfg.Namespace),
+		keyMetrics: newKeyMetrics(),
 	}
 	b.spread = newSpreadControl(cfg.PackedSpread, b.ix.SetPackedSpread)
 	b.metrics = newReplicaMetrics(func() float64 { return float64(b.spread.current()) })

@@ -51,10 +51,23 @@ func (m *replicaMetrics) setReplicas(shard, n int) {
 	m.shard.Set(float64(shard))
 }
 
+// newKeyMetrics counts what happened to idempotency key records, by event:
+// claimed (a key allocated anew), replayed (answered with its server),
+// released (answered ErrKeyReleased), conflict (another request's key),
+// taken_over (a claimant's expired claim taken), overran (a claimant past
+// its bound gave its server back), collected (expired records deleted).
+func newKeyMetrics() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "qm_allocator_key_records_total",
+		Help: "Idempotency key records on the kubernetes backend, by event: claimed, replayed, released, conflict, taken_over, overran, collected.",
+	}, []string{"event"})
+}
+
 // Register adds the backend's replica metrics (qm_allocator_replicas,
 // qm_allocator_replica_shard, qm_allocator_packed_spread,
-// qm_allocator_conflicts_per_allocation) to reg.
+// qm_allocator_conflicts_per_allocation, qm_allocator_key_records_total)
+// to reg.
 func (b *Backend) Register(reg prometheus.Registerer) error {
 	m := b.metrics
-	return errors.Join(reg.Register(m.replicas), reg.Register(m.shard), reg.Register(m.spread), reg.Register(m.conflicts))
+	return errors.Join(reg.Register(m.replicas), reg.Register(m.shard), reg.Register(m.spread), reg.Register(m.conflicts), reg.Register(b.keyMetrics))
 }

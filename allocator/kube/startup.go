@@ -186,10 +186,14 @@ func explain(reason string, err error) string {
 	return fmt.Sprintf("%v (%s)", err, hint)
 }
 
-// Run starts the informer until ctx ends and returns at once; WaitForSync
+// Run starts the informer (and the collection of expired idempotency key
+// records) until ctx ends and returns at once; WaitForSync
 // waits for its first list. Start does both.
 func (b *Backend) Run(ctx context.Context) {
-	b.runOnce.Do(func() { go b.informer.RunWithContext(ctx) })
+	b.runOnce.Do(func() {
+		go b.informer.RunWithContext(ctx)
+		go b.collectKeys(ctx, min(b.cfg.KeyWindow, keyCollectEvery))
+	})
 }
 
 // Start runs the informer until ctx ends and waits for its first list
