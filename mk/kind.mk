@@ -26,8 +26,9 @@ KIND_COREDNS_TAG := v1.14.2
 KIND_PAUSE_TAG   := 3.10.2
 
 # kind_hash DIR: short content hash of the files that decide what DIR
-# builds (tools/kindnode/kube's go.mod pins the Kubernetes version).
-kind_hash = $(shell cat $(wildcard $(1)/go.mod $(1)/go.sum $(1)/*.go $(1)/*/*.go) 2>/dev/null | sha256sum | cut -c1-8)
+# builds (tools/kindnode/kube's go.mod pins the Kubernetes version); tests
+# build nothing that goes into an image, so they are left out.
+kind_hash = $(shell cat $(filter-out %_test.go,$(wildcard $(1)/go.mod $(1)/go.sum $(1)/*.go $(1)/*/*.go)) 2>/dev/null | sha256sum | cut -c1-8)
 
 KINDNODE         := $(BIN)/kindnode
 KINDNODE_HASH    := $(call kind_hash,tools/kindnode)
@@ -35,13 +36,21 @@ KINDNODE_KUBE    := $(KINDNODE)/kube-$(call kind_hash,tools/kindnode/kube)
 KINDNODE_CNI     := $(KINDNODE)/cni-$(KINDNODE_HASH)
 KINDNODE_LAYER   := $(KINDNODE)/layerimage-$(KINDNODE_HASH)
 KINDNODE_COREDNS := $(KINDNODE)/coredns-$(KIND_COREDNS_TAG)-$(call kind_hash,tools/kindnode/coredns)
-KINDNODE_ROOTFS  := $(KINDNODE)/rootfs-$(DEBIAN_SUITE)-$(shell sha256sum hack/kind/node-packages.txt | cut -c1-8)
+# The Debian tree and the image's scratch directory start with "_": go's
+# ./... skips such directories, so a build of the repository never walks
+# a root file system under bin/.
+KINDNODE_ROOTFS  := $(KINDNODE)/_rootfs-$(DEBIAN_SUITE)-$(shell sha256sum hack/kind/node-packages.txt | cut -c1-8)
 KIND_NICE_GO     := CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly nice -n 10 $(GO) build -trimpath -buildvcs=false
 
 KINDNODE_KUBE_CMDS := kubeadm kubelet kube-proxy kube-scheduler kube-controller-manager
 CNI_PLUGINS := plugins/main/ptp plugins/main/bridge plugins/main/loopback plugins/ipam/host-local plugins/meta/portmap
 
-.PHONY: kind-node-image kind-qm-image clean-kind-images
+.PHONY: kind-node-image kind-qm-image clean-kind-images kind-tools-test
+
+## kind-tools-test: the tests of tools/kindnode's programs (a module of its own; part of make test).
+kind-tools-test:
+	cd tools/kindnode && GOWORK=off GOFLAGS=-mod=readonly $(GO) test -count=1 ./...
+TEST_DEPS += kind-tools-test
 
 ## kind-node-image: the kind node image for the rigs' Kubernetes, built offline (cached).
 kind-node-image: $(KINDNODE_KUBE)/.done $(KINDNODE_CNI)/.done $(KINDNODE_LAYER) $(KINDNODE_COREDNS) \
@@ -51,7 +60,7 @@ kind-node-image: $(KINDNODE_KUBE)/.done $(KINDNODE_CNI)/.done $(KINDNODE_LAYER) 
 	KUBE_APISERVER=$(KUBE_APISERVER_BIN) KUBECTL=$(KUBECTL_BIN) ETCD=$(ETCD_BIN) COREDNS=$(KINDNODE_COREDNS) \
 	LAYERIMAGE=$(KINDNODE_LAYER) PAUSE_C=$$(cd tools/kindnode/kube && $(TOOLS_GO) list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c \
 	ETCD_TAG=$(KIND_ETCD_TAG) COREDNS_TAG=$(KIND_COREDNS_TAG) PAUSE_TAG=$(KIND_PAUSE_TAG) \
-	WORK=$(KINDNODE)/work \
+	WORK=$(KINDNODE)/_work \
 	bash hack/kind/node-image.sh
 
 # The five node binaries one after another (kubelet takes minutes each).
@@ -83,13 +92,13 @@ $(KINDNODE_COREDNS): | $(KINDNODE_CNI)/.done
 	cd tools/kindnode/coredns && $(KIND_NICE_GO) -ldflags '-s -w' -o $@.tmp . && mv $@.tmp $@
 
 # Debian from the configured mirror, with the node's packages; needs root
-# and debootstrap (hack/kind/setup-host.sh installs it).
+# and debootstrap (hack/kind/setup-host.sh installs it). hack/kind/rootfs.sh
+# leaves nothing mounted, however debootstrap ends.
 $(KINDNODE_ROOTFS)/.qm-packages: hack/kind/node-packages.txt
-	@rm -rf $(KINDNODE)/rootfs-* $(KINDNODE_ROOTFS).tmp
-	nice -n 10 debootstrap --variant=minbase --include=$$(paste -sd, hack/kind/node-packages.txt) \
-		$(DEBIAN_SUITE) $(KINDNODE_ROOTFS).tmp $(DEBIAN_MIRROR)
-	cp hack/kind/node-packages.txt $(KINDNODE_ROOTFS).tmp/.qm-packages
-	mv $(KINDNODE_ROOTFS).tmp $(KINDNODE_ROOTFS)
+	bash hack/kind/rootfs.sh $(DEBIAN_SUITE) $(DEBIAN_MIRROR) hack/kind/node-packages.txt $(KINDNODE_ROOTFS)
+	@for old in $(KINDNODE)/_rootfs-* $(KINDNODE)/rootfs-*; do \
+		case "$$old" in $(KINDNODE_ROOTFS)|*'*') ;; *) bash hack/kind/rootfs.sh --remove "$$old" ;; esac; \
+	done
 
 ## kind-qm-image: the qm image as an archive kind loads (no base image, no Docker build).
 kind-qm-image: $(KINDNODE_LAYER)

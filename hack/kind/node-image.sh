@@ -20,8 +20,17 @@
 #   PAUSE_C           pause.c from the k8s.io/kubernetes module
 #   ETCD_TAG COREDNS_TAG PAUSE_TAG   the tags kubeadm asks for
 #   WORK              a scratch directory (emptied)
+#
+# With --key it prints the inputs' key (the label's value) and exits.
 set -euo pipefail
+shopt -s inherit_errexit # a missing input fails the key, not leaves it out
 here=$(cd "$(dirname "$0")" && pwd)
+print_key=
+case "${1:-}" in
+--key) print_key=1 ;;
+"") ;;
+*) echo "usage: $0 [--key]" >&2; exit 2 ;;
+esac
 for v in NODE_IMAGE KUBE_VERSION ROOTFS KUBE_BINS KUBE_APISERVER KUBECTL ETCD COREDNS CNI_BINS LAYERIMAGE PAUSE_C ETCD_TAG COREDNS_TAG PAUSE_TAG WORK; do
 	if [ -z "${!v:-}" ]; then echo "node-image: $v is not set" >&2; exit 2; fi
 done
@@ -36,6 +45,10 @@ key=$( {
 	sha256sum "$KUBE_BINS"/kubelet "$KUBE_BINS"/kubeadm "$KUBE_BINS"/kube-proxy "$KUBE_BINS"/kube-scheduler \
 		"$KUBE_BINS"/kube-controller-manager "$KUBE_APISERVER" "$KUBECTL" "$ETCD" "$COREDNS" "$CNI_BINS"/* "$LAYERIMAGE" "$PAUSE_C" | cut -d' ' -f1
 } | sha256sum | cut -c1-16)
+if [ -n "$print_key" ]; then
+	echo "$key"
+	exit 0
+fi
 if [ "$(docker image inspect --format "{{index .Config.Labels \"$label\"}}" "$NODE_IMAGE" 2>/dev/null)" = "$key" ]; then
 	say "$NODE_IMAGE is up to date (inputs $key)"
 	exit 0
