@@ -39,15 +39,15 @@ PERF_GATE_CHECK_PATCH ?= core:300
 .PHONY: perf-report perf-baseline perf-gate-check report-browser
 
 ## perf-report: measure the baseline commit and this tree alternately; gate.
-perf-report: build
-	GO="$(GO)" timeout $(PERF_TIMEOUT) bash mk/report.sh "$(PERF_OUT)/results"
+perf-report: build kube-bins
+	GO="$(GO)" PERF_KUBE_BIN_DIR="$(BIN)" timeout $(PERF_TIMEOUT) bash mk/report.sh "$(PERF_OUT)/results"
 	$(BIN)/qm report --baseline "$(PERF_OUT)/results/base" --history "$(PERF_BASELINE)/history.json" \
 		--out "$(PERF_OUT)" "$(PERF_OUT)"/results/cur/*
 
 ## perf-baseline: measure HEAD and make it the baseline.
-perf-baseline: build
+perf-baseline: build kube-bins
 	@commit=$$(git rev-parse "$(PERF_BASELINE_COMMIT)") && \
-	GO="$(GO)" PERF_SIDES=base PERF_BASE_COMMIT=$$commit PERF_ROUNDS=$(PERF_BASELINE_ROUNDS) \
+	GO="$(GO)" PERF_KUBE_BIN_DIR="$(BIN)" PERF_SIDES=base PERF_BASE_COMMIT=$$commit PERF_ROUNDS=$(PERF_BASELINE_ROUNDS) \
 		timeout $(PERF_TIMEOUT) bash mk/report.sh "$(PERF_OUT)/baseline-run" && \
 	$(BIN)/qm report --quiet --thresholds "$(PERF_BASELINE)/thresholds.yaml" --history "$(PERF_BASELINE)/history.json" \
 		--record $$commit --out "$(PERF_OUT)" "$(PERF_OUT)"/baseline-run/base/*.txt "$(PERF_OUT)"/baseline-run/base/*.json && \

@@ -15,8 +15,9 @@
 # measures HEAD that way, from git history, so what it records is exactly
 # the commit it names.
 #
-# The measuring instrument is the working tree's: its *_gate_bench_test.go
-# files are copied into the baseline's tree before building, so both sides
+# The measuring instrument is the working tree's: its gate benchmark files
+# (*_gate_bench_test.go and gate_*_test.go) are copied into the baseline's
+# tree before building, so both sides
 # run the same benchmarks over their own code. If the baseline's code does
 # not compile with them, it is built without them and their figures are
 # "new" (not gated) until the baseline moves.
@@ -29,11 +30,25 @@
 #   bench-sim.txt    sim.GateSim: CPU per event, events, allocs and bytes
 #                    of twenty virtual minutes at seed 2026, two processes
 #                    a round
+#   bench-service.txt  allocator.GateService: the gRPC server's CPU, heap
+#                    allocations and bytes per allocation (the real server
+#                    over mutual TLS on loopback, in a child process, one
+#                    caller), three processes a round
+#   bench-forward.txt  allocator/forward.GateForward: the entry allocator's
+#                    CPU, allocations and bytes per forwarded request (the
+#                    entry in a child process, the remote on loopback),
+#                    three processes a round
+#   bench-kube.txt   allocator/kube.GateKube: the kubernetes backend's CPU,
+#                    allocations and bytes per allocation against one local
+#                    API server (`qm cluster up`, started once for the run
+#                    and shared by both sides), two processes a round
 #   load-echo.rN.json  `qm load` against that side's `qm serve` (mk/load.sh),
 #                    allocations and the health-check echo taking turns, 32
-#                    callers: the server's CPU per allocation
+#                    callers: the server's CPU per allocation from outside
+#                    (family service-load)
 #   forward.rN.json  mk/load-forward.sh with that side's qm: the entry's CPU
-#                    per forwarded request
+#                    per forwarded request from outside (family
+#                    forward-load)
 #   sim-NAME.json    every shipped scenario (deterministic: once a side)
 # and copies reports/baseline/thresholds.yaml (and changes.yaml, if any) into
 # OUT/base, so `qm report --baseline OUT/base OUT/cur/*` is the gate.
@@ -42,7 +57,8 @@
 # alternating from round to round (A B, B A, ...), so that whatever the
 # machine does meanwhile falls on both sides alike.
 #
-# PERF_FAMILIES (default "core sim service forward") picks the families.
+# PERF_FAMILIES (default "core sim service forward kube service-load
+# forward-load") picks the families.
 # PERF_PATCH=FAMILY:N builds the cur side with a deliberate slowdown, through
 # `go build -overlay` (the tree stays untouched), to show that the gate
 # catches it (reports/README.md, "Proving the gate"):
@@ -52,6 +68,8 @@
 #   sim:N      N rounds of the chain per simulated event (the event queue's pop)
 #   service:N  N rounds per allocation in the service (Service.allocate)
 #   forward:N  N rounds per forwarded request (Forwarder.AllocateFor)
+#   kube:N     N rounds per allocation in the kubernetes backend
+#              (Backend.Allocate)
 # A missing anchor is an error: a patched build that is not patched would
 # prove nothing.
 set -euo pipefail
@@ -61,7 +79,7 @@ go=${GO:-go}
 rounds=${PERF_ROUNDS:-6}
 benchtime=${PERF_BENCHTIME:-100ms}
 sides=${PERF_SIDES:-base cur}
-families=${PERF_FAMILIES:-core sim service forward}
+families=${PERF_FAMILIES:-core sim service forward kube service-load forward-load}
 patch=${PERF_PATCH:-}
 load_duration=${PERF_LOAD_DURATION:-2s}
 root=$PWD
@@ -71,8 +89,8 @@ repo=${PERF_REPO:-.}
 
 has() { [[ " $families " == *" $1 "* ]]; }
 for f in $families; do
-	case $f in core | sim | service | forward) ;; *)
-		echo "PERF_FAMILIES: unknown family \"$f\" (want core, sim, service, forward)" >&2
+	case $f in core | sim | service | forward | kube | service-load | forward-load) ;; *)
+		echo "PERF_FAMILIES: unknown family \"$f\" (want core, sim, service, forward, kube, service-load, forward-load)" >&2
 		exit 2
 		;;
 	esac
@@ -103,8 +121,9 @@ patch_overlay() {
 	sim) dir=sim anchor='^func \(q \*queue\) pop\(\) event' ;;
 	service) dir=allocator anchor='^func \(s \*Service\) allocate\(' ;;
 	forward) dir=allocator/forward anchor='^func \(f \*Forwarder\) AllocateFor\(' ;;
+	kube) dir=allocator/kube anchor='^func \(b \*Backend\) Allocate\(' ;;
 	*)
-		echo "PERF_PATCH: unknown family \"$family\" (want core, allocs, sim, service or forward)" >&2
+		echo "PERF_PATCH: unknown family \"$family\" (want core, allocs, sim, service, forward or kube)" >&2
 		exit 2
 		;;
 	esac
@@ -153,6 +172,9 @@ build() {
 	(cd "$src" && "$go" build -trimpath "$@" -o "$tmp/$side/qm" ./cmd/qm) || return 1
 	if has core; then (cd "$src" && "$go" test -trimpath "$@" -c -o "$tmp/$side/core.test" ./core) || return 1; fi
 	if has sim; then (cd "$src" && "$go" test -trimpath "$@" -c -o "$tmp/$side/sim.test" ./sim) || return 1; fi
+	if has service; then (cd "$src" && "$go" test -trimpath "$@" -c -o "$tmp/$side/service.test" ./allocator) || return 1; fi
+	if has forward; then (cd "$src" && "$go" test -trimpath "$@" -c -o "$tmp/$side/forward.test" ./allocator/forward) || return 1; fi
+	if has kube; then (cd "$src" && "$go" test -trimpath "$@" -c -o "$tmp/$side/kube.test" ./allocator/kube) || return 1; fi
 }
 
 for side in $sides; do
@@ -169,7 +191,7 @@ for side in $sides; do
 		# yet committed (or a module cache already holding it) build here.
 		sort -u "$tmp/base-src/go.sum" go.sum >"$tmp/go.sum" && mv "$tmp/go.sum" "$tmp/base-src/go.sum"
 		gates=()
-		while IFS= read -r f; do gates+=("$f"); done < <(find . -path ./tools -prune -o -name '*_gate_bench_test.go' -print | sed 's|^\./||' | sort)
+		while IFS= read -r f; do gates+=("$f"); done < <(find . -path ./tools -prune -o \( -name '*_gate_bench_test.go' -o -name 'gate_*_test.go' \) -print | sed 's|^\./||' | sort)
 		for f in ${gates[@]+"${gates[@]}"}; do
 			[[ -d $tmp/base-src/$(dirname "$f") ]] && cp "$f" "$tmp/base-src/$f"
 		done
@@ -193,6 +215,19 @@ for side in $sides; do
 	fi
 done
 
+# gate_bench FILE ROUND DIR BINARY NAME BENCHTIME: one process of a gate
+# benchmark (on one P, as all of them), its results appended to FILE
+# after the round's configuration lines; a failure shows its output.
+gate_bench() {
+	local file=$1 r=$2 dir=$3 bin=$4 name=$5 benchtime=$6 res
+	res=$(cd "$dir" && GOMAXPROCS=1 "$bin" -test.run '^$' -test.bench "^Benchmark$name\$" -test.benchtime "$benchtime") || {
+		echo "report: Benchmark$name failed:" >&2
+		printf '%s\n' "$res" | tail -n 20 >&2
+		return 1
+	}
+	printf 'round: %s\ngomaxprocs: 1\n%s\n' "$r" "$res" >>"$file"
+}
+
 # measure SIDE ROUND: one round of every family on one side.
 measure() {
 	local side=$1 r=$2 bin=$tmp/$1
@@ -207,6 +242,7 @@ measure() {
 		for k in 1 2 3; do
 			{
 				echo "round: $r"
+				echo "gomaxprocs: 1"
 				(cd core && GOMAXPROCS=1 "$bin/core.test" -test.run '^$' -test.bench '^BenchmarkGateAllocate$' \
 					-test.benchtime "$benchtime" -test.benchmem)
 			} >>"$out/$side/bench-core.txt"
@@ -216,18 +252,38 @@ measure() {
 		for k in 1 2; do
 			{
 				echo "round: $r"
+				echo "gomaxprocs: 1"
 				(cd sim && GOMAXPROCS=1 "$bin/sim.test" -test.run '^$' -test.bench '^BenchmarkGateSim$' -test.benchtime 1x -test.benchmem)
 			} >>"$out/$side/bench-sim.txt"
 		done
 	fi
-	# The servers: closed loops of 32 callers. The server's CPU per request
+	# The service, forwarding and the kubernetes backend in process: CPU
+	# per operation of the process doing the work (the server, the entry
+	# or the backend), one caller and one request at a time, so that every
+	# request costs it the same wake-ups however busy the machine is.
+	if has service; then
+		for k in 1 2 3; do
+			gate_bench "$out/$side/bench-service.txt" "$r" allocator "$bin/service.test" GateService "$PERF_SERVICE_OPS"
+		done
+	fi
+	if has forward; then
+		for k in 1 2 3; do
+			gate_bench "$out/$side/bench-forward.txt" "$r" allocator/forward "$bin/forward.test" GateForward "$PERF_FORWARD_OPS"
+		done
+	fi
+	if has kube; then
+		for k in 1 2; do
+			QM_GATE_KUBECONFIG=$kubeconfig gate_bench "$out/$side/bench-kube.txt" "$r" allocator/kube "$bin/kube.test" GateKube "$PERF_KUBE_OPS"
+		done
+	fi
+	# The servers from outside: closed loops of 32 callers. The server's CPU per request
 	# depends on how many requests each wake-up finds waiting; a saturated
 	# server finds many on any machine, a lightly loaded one few or many
 	# depending on what else runs (reports/README.md). Nothing is released, so the
 	# fleets hold every allocation of the turns and the warm-ups. Exit
 	# status 2 is a failed --expect (errors==0), which the report shows and
 	# fails on.
-	if has service; then
+	if has service-load; then
 		# The side's server on one P (see the benchmarks), this tree's
 		# qm load as the driver for both sides (the side's own when only
 		# one is measured).
@@ -236,7 +292,7 @@ measure() {
 		LOAD_CLIENT=$driver LOAD_SERVER_ENV=GOMAXPROCS=1 LOAD_SERVERS=150000 bash mk/load.sh "$bin/qm" "$out/$side" "load-echo.r$r" \
 			--workers 32 --duration "$load_duration" --window 500ms --progress never >/dev/null || [[ $? -eq 2 ]]
 	fi
-	if has forward; then
+	if has forward-load; then
 		local mode=pinned
 		[[ $(nproc) -ge 2 ]] || mode=shared
 		FORWARD_SERVERS=150000 bash mk/load-forward.sh "$bin/qm" "$tmp/fwd" "$mode" \
@@ -244,6 +300,29 @@ measure() {
 		mv "$tmp/fwd/forward-$mode.json" "$out/$side/forward.r$r.json"
 	fi
 }
+
+# The kubernetes backend's samples share one local API server for the
+# whole run (both sides): starting one per sample would cost seconds each.
+kubeconfig=
+if has kube; then
+	qm=$tmp/cur/qm
+	[[ -x $qm ]] || qm=$tmp/base/qm
+	"$qm" cluster up --name qm-perf-gate --dir "$tmp/cluster" ${PERF_KUBE_BIN_DIR:+--bin-dir "$PERF_KUBE_BIN_DIR"} >"$tmp/cluster.log" 2>&1 &
+	cluster_pid=$!
+	trap 'kill "$cluster_pid" 2>/dev/null; wait "$cluster_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+	for _ in $(seq 1 120); do
+		grep -q ' is up: ' "$tmp/cluster.log" && break
+		kill -0 "$cluster_pid" 2>/dev/null || break
+		sleep 1
+	done
+	grep -q ' is up: ' "$tmp/cluster.log" || {
+		echo "report: the local API server for the kube family did not come up:" >&2
+		cat "$tmp/cluster.log" >&2
+		exit 1
+	}
+	kubeconfig=$tmp/cluster/kubeconfig
+fi
+: "${PERF_SERVICE_OPS:=2000x}" "${PERF_FORWARD_OPS:=1500x}" "${PERF_KUBE_OPS:=200x}"
 
 start=$SECONDS
 read -r -a order <<<"$sides"
