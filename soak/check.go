@@ -42,8 +42,10 @@ type Config struct {
 	// window's rate may be and still count as recovered.
 	RecoverySlack float64
 	// Strict counts every Allocated server without a live session as
-	// dangling; otherwise a server whose last release failed (the run
-	// explains why it is still held) is reported as explained.
+	// dangling; otherwise a server whose last release failed, or one
+	// allocated while a request whose outcome its caller could not know
+	// was in flight (the run explains why it is still held), is reported
+	// as explained.
 	Strict bool
 }
 
@@ -423,6 +425,8 @@ func (c *checker) dangling() {
 		case last != nil && notHeldCodes[last.Release.Result] && !last.Release.Retried:
 			// Its release was refused as not held: held-as-answered
 			// reports it, once.
+		case last == nil && !c.cfg.Strict && c.unknownOutcomeAt(gs.LastAllocated):
+			p.p.Explained++
 		case last == nil:
 			p.violate("%s is Allocated (owner %q, last allocated %q) and was never answered to a caller", serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated)
 		case last.Release.Result != CodeOK && !c.cfg.Strict:
@@ -432,6 +436,37 @@ func (c *checker) dangling() {
 				serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated, last.ID, last.Caller, c.at(last.Release.At), last.Release.Result)
 		}
 	}
+}
+
+// unknownOutcomeCodes are request answers that leave the caller not
+// knowing whether a server was allocated for it: the allocator (or the
+// one it forwarded to) may have written the allocation and then failed to
+// answer, or died first.
+var unknownOutcomeCodes = map[string]bool{
+	"Unavailable": true, "DeadlineExceeded": true, "Canceled": true, "Unknown": true, "Internal": true,
+}
+
+// allocatedSlack is how far an allocation's time (the allocator's clock,
+// in the server's last-allocated annotation) may lie outside a request's
+// span (the caller's clock) and still be taken as that request's.
+const allocatedSlack = time.Second
+
+// unknownOutcomeAt says whether a request whose outcome the caller could
+// not know was in flight when a server was allocated (at, the server's
+// last-allocated annotation): the allocation may be that request's. Such
+// a server is explained, not dangling, unless Config.Strict.
+func (c *checker) unknownOutcomeAt(at string) bool {
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return false
+	}
+	for i := range c.h.Sessions {
+		s := &c.h.Sessions[i]
+		if unknownOutcomeCodes[s.Code] && !t.Before(s.Sent.Add(-allocatedSlack)) && !t.After(s.Answered.Add(allocatedSlack)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Histogram bounds: latencies in microseconds, from one to ten minutes.

@@ -150,6 +150,28 @@ func TestCheckPromises(t *testing.T) {
 			s:    snap(gs("a", "gs-1", "Ready", "")),
 		},
 		{
+			name: "Allocated while a request whose outcome was unknown was in flight: explained",
+			h:    hist(failed(1, "alice", "a", 5, "Unavailable")),
+			s: snap(GameServer{Cluster: "b", Namespace: "default", Name: "gs-9", State: "Allocated", Owner: "fwd-a",
+				LastAllocated: at(5.005).Format(time.RFC3339Nano)}),
+			explain: 1,
+		},
+		{
+			name: "the same, strict: dangling",
+			h:    hist(failed(1, "alice", "a", 5, "Unavailable")),
+			s: snap(GameServer{Cluster: "b", Namespace: "default", Name: "gs-9", State: "Allocated", Owner: "fwd-a",
+				LastAllocated: at(5.005).Format(time.RFC3339Nano)}),
+			cfg:  Config{Strict: true},
+			want: map[string]int{PromiseNoDangling: 1},
+		},
+		{
+			name: "Allocated when no request was in flight, or only ones answered for sure: dangling",
+			h:    hist(failed(1, "alice", "a", 5, "Unavailable"), failed(2, "alice", "a", 30, "ResourceExhausted")),
+			s: snap(GameServer{Cluster: "b", Namespace: "default", Name: "gs-9", State: "Allocated", Owner: "fwd-a",
+				LastAllocated: at(30.005).Format(time.RFC3339Nano)}),
+			want: map[string]int{PromiseNoDangling: 1},
+		},
+		{
 			name:    "dangling: Allocated, never answered",
 			h:       hist(ok(1, "alice", "a", "", "gs-1", 1, 3)),
 			s:       snap(gs("a", "gs-1", "Ready", ""), gs("a", "gs-7", "Allocated", "x")),

@@ -151,8 +151,12 @@ type recorder struct {
 	// holding: after the load's end, sessions are kept (not released), so
 	// the snapshot can show them held by their callers.
 	holding atomic.Bool
-	// releaseFor bounds the retries of one release.
+	// releaseFor bounds the retries of one release: long enough to
+	// outlast a fault, as a matchmaker that must not leak a server keeps
+	// trying. releasing counts the releases under way, which the history
+	// must hold before its end.
 	releaseFor time.Duration
+	releasing  sync.WaitGroup
 
 	mu       sync.Mutex
 	sessions map[*loadgen.Session]*held
@@ -220,6 +224,8 @@ func (r *recorder) Release(ctx context.Context, s *loadgen.Session) error {
 		r.mu.Unlock()
 		return nil
 	}
+	r.releasing.Add(1)
+	defer r.releasing.Done()
 	at := time.Now()
 	in := &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name, Source: h.source}
 	deadline := at.Add(r.releaseFor)

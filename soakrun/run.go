@@ -49,6 +49,11 @@ const (
 	LoadFile     = "load.json"
 )
 
+// releaseRetryFor is how long a release whose outcome is unknown is
+// tried again: longer than any fault of the shipped schedules, so that a
+// release is lost only to an allocator that stays away.
+const releaseRetryFor = 2 * time.Minute
+
 // Defaults of Options.
 const (
 	DefaultRate     = 20
@@ -433,7 +438,7 @@ func (d *driven) run(ctx context.Context, opt *Options, logf func(string, ...any
 	hist := &history{w: soak.NewWriter(hf, soak.Run{Start: start})}
 	count := &counters{}
 	rec := &recorder{entries: d.entries, req: d.request(), caller: d.caller, owner: d.owner, clusterOf: d.clusterOf,
-		hist: hist, count: count, releaseFor: 20 * time.Second, sessions: map[*loadgen.Session]*held{}}
+		hist: hist, count: count, releaseFor: releaseRetryFor, sessions: map[*loadgen.Session]*held{}}
 	inj := &injector{rig: d.rig, clusters: d.clusters, dyn: d.dyn, namespace: d.namespace,
 		rng: rand.New(rand.NewPCG(opt.Seed, 0x50a6)), hist: hist, log: logf,
 		links: map[linkFault]int{}, current: map[int]string{}, skipped: map[string]string{}, done: map[string]int{}}
@@ -474,7 +479,8 @@ func (d *driven) run(ctx context.Context, opt *Options, logf func(string, ...any
 	})
 	rec.holding.Store(true)
 	end := time.Now()
-	wg.Wait() // every fault ended
+	wg.Wait()            // every fault ended
+	rec.releasing.Wait() // every release answered
 	close(progressDone)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
