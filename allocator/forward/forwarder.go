@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -45,6 +47,10 @@ const (
 	// DefaultBackoff is the wait before the first such round (Agones'
 	// 100 ms); it doubles each round, with jitter.
 	DefaultBackoff = 100 * time.Millisecond
+	// DefaultLostAnswerRetries is how many more times a request whose
+	// answer was lost is sent to the same endpoint, with the same key,
+	// before the forwarder moves on.
+	DefaultLostAnswerRetries = 2
 )
 
 // Local allocates in this cluster: the service's own path, given the
@@ -65,7 +71,14 @@ type Options struct {
 	// of -1 means none.
 	Retries int
 	Backoff time.Duration
-	Breaker BreakerOptions
+	// LostAnswerRetries: see DefaultLostAnswerRetries; -1 means none.
+	LostAnswerRetries int
+	// ReconcileBackoff, ReconcileMaxBackoff, ReconcileFor and
+	// ReconcileQueue tune the releases of allocations whose answers were
+	// lost (reconcile.go; the Default values when zero).
+	ReconcileBackoff, ReconcileMaxBackoff, ReconcileFor time.Duration
+	ReconcileQueue                                      int
+	Breaker                                             BreakerOptions
 	// UnallocatedCode answers when every cluster tried answered "no game
 	// server" (ResourceExhausted when zero, as the service does).
 	UnallocatedCode codes.Code
@@ -85,6 +98,7 @@ type Forwarder struct {
 	tryTimeout  time.Duration
 	retries     int
 	backoff     time.Duration
+	lostRetries int
 	bopts       BreakerOptions
 	unallocated codes.Code
 	clock       Clock
@@ -92,6 +106,8 @@ type Forwarder struct {
 	m           *metrics
 	clients     *clients
 	windows     *windows // the policies in force now (window.go)
+	keys        *requestKeys
+	rec         *reconciler
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -150,6 +166,16 @@ func New(o Options) (*Forwarder, error) {
 	if f.backoff <= 0 {
 		f.backoff = DefaultBackoff
 	}
+	switch {
+	case o.LostAnswerRetries < 0:
+		f.lostRetries = 0
+	case o.LostAnswerRetries == 0:
+		f.lostRetries = DefaultLostAnswerRetries
+	default:
+		f.lostRetries = o.LostAnswerRetries
+	}
+	f.keys = newRequestKeys()
+	f.rec = newReconciler(f, o)
 	if f.unallocated == codes.OK {
 		f.unallocated = codes.ResourceExhausted
 	}
@@ -178,12 +204,14 @@ func New(o Options) (*Forwarder, error) {
 // Self returns the forwarder's hop name.
 func (f *Forwarder) Self() string { return f.self }
 
-// Close stops the background probes and closes the cached connections;
-// calls under way finish first.
+// Close stops the background probes and reconciliation and closes the
+// cached connections; calls under way finish first. Releases still
+// queued are dropped.
 func (f *Forwarder) Close() {
 	f.closeOnce.Do(func() {
 		f.stopProbes()
 		f.probers.Wait()
+		f.rec.close()
 		f.windows.close()
 		f.clients.close()
 	})
@@ -226,6 +254,9 @@ func (f *Forwarder) breaker(endpoint string) *breaker {
 				"endpoint", endpoint, "from", from.String(), "to", to.String())
 			if from == Closed && to == Open {
 				f.startProber(endpoint, b)
+			}
+			if to == Closed {
+				f.rec.wake() // releases waiting for the endpoint may go
 			}
 		})
 		f.m.breaker.WithLabelValues(endpoint).Set(float64(Closed))
@@ -306,7 +337,7 @@ func (t try) String() string {
 // entries. Errors are gRPC status errors. The remote allocators are not
 // told whom the request is for (AllocateFor does tell them).
 func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationRequest, seed uint64, local Local) (*allocation.AllocationResponse, error) {
-	return f.AllocateFor(ctx, "", in, nil, seed, local)
+	return f.Forward(ctx, Call{Sent: in, Seed: seed}, local)
 }
 
 // AllocateFor is Allocate for the caller identity: the servers remote
@@ -315,6 +346,71 @@ func (f *Forwarder) Allocate(ctx context.Context, in *allocation.AllocationReque
 // memo, if not nil, is in's own (see Memo): a request sent again is
 // forwarded as encoded the first time.
 func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, memo *Memo, seed uint64, local Local) (*allocation.AllocationResponse, error) {
+	return f.Forward(ctx, Call{Identity: identity, Sent: in, Memo: memo, Seed: seed}, local)
+}
+
+// Call is one multi-cluster request.
+type Call struct {
+	// Identity is the caller's (see AllocateFor).
+	Identity string
+	// Sent is the request as the caller sent it: what is forwarded.
+	Sent *allocation.AllocationRequest
+	// Decoded is Sent as the service normalized it: the namespace, the
+	// policy selector and the idempotency key are read from it. When nil
+	// they are read from Sent.
+	Decoded *core.Request
+	// Memo, if not nil, is Sent's own (see Memo).
+	Memo *Memo
+	// Seed orders clusters of equal priority.
+	Seed uint64
+}
+
+// decodedOf is the part of in that Forward reads, for a Call without its
+// decoded request.
+func decodedOf(in *allocation.AllocationRequest) *core.Request {
+	meta := in.GetMetadata()
+	if meta == nil {
+		meta = in.GetMetaPatch() //nolint:staticcheck // SA1019: honoured when metadata is absent.
+	}
+	return &core.Request{
+		Namespace:    in.GetNamespace(),
+		Metadata:     core.MetaPatch{Annotations: meta.GetAnnotations()},
+		MultiCluster: core.MultiClusterSetting{Enabled: true, PolicySelector: in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()},
+	}
+}
+
+// forwarding is one request's state across its clusters: its forwarded
+// key, and the remote endpoints that may hold an allocation made with it
+// (sent, no answer).
+type forwarding struct {
+	identity  string
+	callerKey string // the caller's own key, if any
+	key       string // the forwarded key; made when first needed
+	held      []heldAt
+}
+
+func (fw *forwarding) forwardedKey(keys *requestKeys) string {
+	if fw.key == "" {
+		if fw.callerKey != "" {
+			fw.key = derivedKey(fw.identity, fw.callerKey)
+		} else {
+			fw.key = keys.next()
+		}
+	}
+	return fw.key
+}
+
+func (fw *forwarding) hold(h heldAt) {
+	for _, o := range fw.held {
+		if o.endpoint == h.endpoint && o.target == h.target {
+			return
+		}
+	}
+	fw.held = append(fw.held, h)
+}
+
+// Forward serves c: see Allocate and AllocateFor.
+func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocation.AllocationResponse, error) {
 	if err := f.Crossed(ctx); err != nil {
 		return nil, err
 	}
@@ -323,13 +419,16 @@ func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *alloca
 			return nil, status.Errorf(codes.Unavailable, "multi-cluster policies are not available yet: %v", err)
 		}
 	}
-	ns := in.GetNamespace()
+	req := c.Decoded
+	if req == nil {
+		req = decodedOf(c.Sent)
+	}
+	ns := req.Namespace
 	if ns == "" {
 		ns = core.DefaultNamespace
 	}
-	selector := in.GetMultiClusterSetting().GetPolicySelector().GetMatchLabels()
 	// The policies in force now, one snapshot per request (window.go).
-	selected, err := f.policiesInForce(ns, selector)
+	selected, err := f.policiesInForce(ns, req.MultiCluster.PolicySelector)
 	if err != nil {
 		return nil, err
 	}
@@ -337,12 +436,13 @@ func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *alloca
 	if len(selected) > 1 {
 		// (One policy is its own order; OrderClusters would still build
 		// its tiers, maps and copy, per request.)
-		order = core.OrderClusters(selected, seed)
+		order = core.OrderClusters(selected, c.Seed)
 	}
 	hops := f.self
 	if crossed := hopsOf(ctx); len(crossed) > 0 {
 		hops = strings.Join(append(crossed, f.self), ",")
 	}
+	fw := forwarding{identity: c.Identity, callerKey: callerKey(ctx, req)}
 
 	var tries []try // only a failing request needs them
 	for i, p := range order {
@@ -357,18 +457,40 @@ func (f *Forwarder) AllocateFor(ctx context.Context, identity string, in *alloca
 		var t try
 		start := time.Now()
 		if p.Connection.IsLocal() {
-			resp, t = f.tryLocal(ctx, p, in, ns, local)
+			resp, t = f.tryLocal(ctx, p, c.Sent, ns, local)
 		} else {
-			resp, t = f.tryRemote(ctx, p, in, memo, ns, hops, identity)
+			resp, t = f.tryRemote(ctx, p, c.Sent, c.Memo, ns, hops, &fw)
 		}
 		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
 		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
 		if resp != nil {
+			if fw.held != nil {
+				f.settle(&fw, where(p))
+			}
 			return resp, nil
 		}
 		tries = append(tries, t)
 	}
+	if fw.held != nil && fw.callerKey == "" {
+		// Nobody can ask for an allocation made with the forwarder's own
+		// key: give it back. (The caller's key is kept for its retry.)
+		f.settle(&fw, "")
+	}
 	return nil, f.summary(ctx, ns, tries)
+}
+
+// settle queues the release of fw's allocations that may be held in
+// clusters other than served's.
+func (f *Forwarder) settle(fw *forwarding, served string) {
+	var give []heldAt
+	for _, h := range fw.held {
+		if h.cluster != served {
+			give = append(give, h)
+		}
+	}
+	if len(give) > 0 {
+		f.rec.add(give)
+	}
 }
 
 func where(p core.Policy) string {
@@ -425,8 +547,10 @@ func (f *Forwarder) tryLocal(ctx context.Context, p core.Policy, in *allocation.
 // tryRemote forwards to one remote cluster. Within it, a transport failure
 // moves to the next endpoint; a round in which no endpoint answered is
 // repeated after a backoff while retries and the caller's deadline allow.
-// Any answer from an allocator ends the cluster's turn at once.
-func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, memo *Memo, ns, hops, identity string) (*allocation.AllocationResponse, try) {
+// Any answer from an allocator ends the cluster's turn at once. A request
+// that was sent and got no answer (the remote may have allocated) is sent
+// to the same endpoint again, with the same key, before anything else.
+func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, memo *Memo, ns, hops string, fw *forwarding) (*allocation.AllocationResponse, try) {
 	t := try{cluster: p.Connection.ClusterName, where: where(p)}
 	misconfig := func(format string, args ...any) (*allocation.AllocationResponse, try) {
 		t.out, t.code = outMisconfig, codes.FailedPrecondition
@@ -450,21 +574,41 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		}
 		return misconfig("Secret %s/%s (spec.connectionInfo.secretName) not found", ns, p.Connection.SecretName)
 	}
+	key := fw.forwardedKey(f.keys)
+	if fw.callerKey != "" && f.rec.holds(t.where, key) {
+		// A retry of a request this cluster may have allocated without
+		// the answer arriving, and that another cluster served: the
+		// allocation here is being given back, so it must not be the
+		// answer now.
+		t.out, t.code = outRefused, codes.FailedPrecondition
+		t.msg = "not tried: an allocation this request's key may hold here (its answer was lost) is being released"
+		return nil, t
+	}
 	target := ns
 	if p.Connection.Namespace != "" {
 		target = p.Connection.Namespace
 	}
-	// The request as sent: encoded already when the Memo has it.
-	var msg any
-	if m := memo.get(identity, target); m != nil {
-		msg = m
-	} else {
+	// The request as sent: encoded already when the Memo has it, and
+	// followed by its key.
+	base := memo.get(fw.identity, target)
+	if base == nil {
 		req := ForwardRequest(in, target)
-		f.forwardedFor(req, identity) // see release.go
-		msg = req
-		if m := memo.encode(identity, target, req); m != nil {
-			msg = m
+		f.forwardedFor(req, fw.identity) // see release.go
+		if base = memo.encode(fw.identity, target, req); base == nil {
+			b, err := req.MarshalVT()
+			if err != nil {
+				t.out, t.code = outRefused, codes.InvalidArgument
+				t.msg = "the request cannot be encoded: " + err.Error()
+				return nil, t
+			}
+			base = &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
 		}
+	}
+	msg, err := withKey(base.data, key)
+	if err != nil {
+		t.out, t.code = outRefused, codes.InvalidArgument
+		t.msg = "the request's key cannot be encoded: " + err.Error()
+		return nil, t
 	}
 	var octx context.Context
 	if hops == f.self {
@@ -474,6 +618,10 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		octx = metadata.NewOutgoingContext(ctx, f.selfMD)
 	} else {
 		octx = metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
+	}
+	held := func(ep string) heldAt {
+		return heldAt{cluster: t.where, endpoint: ep, namespace: ns, secretName: p.Connection.SecretName,
+			serverCA: p.Connection.ServerCA, target: target, identity: fw.identity, key: key}
 	}
 
 	var last []string
@@ -488,22 +636,32 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				continue
 			}
 			reached = true
-			c, err := f.clients.get(ep, sec, p.Connection.ServerCA, false)
-			if err != nil {
+			creds := probeCreds{sec: sec, serverCA: p.Connection.ServerCA}
+			var resp *allocation.AllocationResponse
+			var sent, lost bool
+			for again := 0; ; again++ {
+				var s bool
+				resp, s, err = f.invoke(ctx, octx, ep, sec, p.Connection.ServerCA, msg)
+				sent = sent || s
+				if err == nil || !transportFailure(err) || ctx.Err() != nil || deadlinePassed(ctx) {
+					break
+				}
+				br.failure(f.clock.Now(), creds)
+				if !s {
+					break // not sent: the endpoint is down or unreachable
+				}
+				// Sent, and no answer: the remote may have allocated.
+				// The same request again, with the same key, gets that
+				// allocation from a remote that has it.
+				lost = true
+				f.m.lost.WithLabelValues(t.cluster).Inc()
+				if again >= f.lostRetries || !br.allow() {
+					break
+				}
+			}
+			if err != nil && isMisconfig(err) {
 				return misconfig("%v", err)
 			}
-			tctx, cancel := octx, context.CancelFunc(nil)
-			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > f.tryTimeout {
-				// (A caller's deadline within the try timeout bounds the
-				// try already, without a timer and context per call.)
-				tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
-			}
-			resp := new(allocation.AllocationResponse)
-			err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
-			if cancel != nil {
-				cancel()
-			}
-			f.clients.put(c)
 			if err == nil {
 				br.success()
 				resp.Source = ep
@@ -512,6 +670,9 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				}
 				t.out = outAllocated
 				return resp, t
+			}
+			if sent {
+				fw.hold(held(ep))
 			}
 			st := status.Convert(err)
 			if ctx.Err() != nil || deadlinePassed(ctx) {
@@ -523,12 +684,14 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				t.msg = fmt.Sprintf("%s: the caller's deadline passed during the call", ep)
 				return nil, t
 			}
-			switch st.Code() {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+			if transportFailure(err) {
 				// Not an answer from an allocator: the endpoint is down,
 				// unreachable, or slower than the try timeout.
-				br.failure(f.clock.Now(), probeCreds{sec: sec, serverCA: p.Connection.ServerCA})
-				last = append(last, fmt.Sprintf("%s: %s (%s)", ep, st.Message(), st.Code()))
+				m := fmt.Sprintf("%s: %s (%s)", ep, st.Message(), st.Code())
+				if lost {
+					m = fmt.Sprintf("%s: the request was sent and its answer lost (%s: %s)", ep, st.Code(), st.Message())
+				}
+				last = append(last, m)
 				continue
 			}
 			br.success()
@@ -562,6 +725,52 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		}
 		last = last[:0]
 	}
+}
+
+// misconfigError is a client that cannot be built from the policy.
+type misconfigError struct{ error }
+
+func isMisconfig(err error) bool {
+	var m misconfigError
+	return errors.As(err, &m)
+}
+
+// transportFailure reports whether err is not an allocator's answer: the
+// endpoint is down, unreachable, or slower than the try timeout.
+func transportFailure(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
+}
+
+// invoke sends msg to ep once. sent reports whether the call reached a
+// connection (grpc-go created its stream, so the request may have been
+// written): a failure with sent false was refused before the remote could
+// act on it; with sent true the remote may have.
+func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, serverCA []byte, msg *encodedRequest) (resp *allocation.AllocationResponse, sent bool, err error) {
+	c, err := f.clients.get(ep, sec, serverCA, false)
+	if err != nil {
+		return nil, false, misconfigError{err}
+	}
+	tctx, cancel := octx, context.CancelFunc(nil)
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > f.tryTimeout {
+		// (A caller's deadline within the try timeout bounds the try
+		// already, without a timer and context per call.)
+		tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
+	}
+	var pr peer.Peer
+	resp = new(allocation.AllocationResponse)
+	err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp, grpc.Peer(&pr))
+	if cancel != nil {
+		cancel()
+	}
+	f.clients.put(c)
+	if err != nil {
+		return nil, pr.Addr != nil, err
+	}
+	return resp, true, nil
 }
 
 // deadlinePassed reports whether ctx's deadline is behind the clock,
@@ -680,6 +889,10 @@ type metrics struct {
 	latency *prometheus.HistogramVec
 	breaker *prometheus.GaugeVec
 	probes  *prometheus.CounterVec
+	// Lost answers and their reconciliation (reconcile.go).
+	lost             *prometheus.CounterVec
+	reconciles       *prometheus.CounterVec
+	reconcilePending prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -701,11 +914,23 @@ func newMetrics() *metrics {
 			Name: "qm_forward_probes_total",
 			Help: "Background health probes of remote allocator endpoints whose breaker is open, by outcome (up: the breaker closed; down: it stays open, for twice as long).",
 		}, []string{"endpoint", "outcome"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qm_forward_answers_lost_total",
+			Help: "Forwarded requests that reached a remote allocator and got no answer (the connection broke or the try timed out after the request was sent), by cluster: the remote may have allocated.",
+		}, []string{"cluster"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qm_forward_reconciliations_total",
+			Help: "Releases of allocations whose answers were lost, at remotes whose allocation nobody received, by outcome (queued, attempted: a release sent, released, nothing_there: the remote held nothing for the key, given_up).",
+		}, []string{"outcome"}),
+		reconcilePending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "qm_forward_reconciliations_pending",
+			Help: "Releases of allocations whose answers were lost, queued or under way.",
+		}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker, m.probes} {
+	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker, m.probes, m.lost, m.reconciles, m.reconcilePending} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("forward: registering metrics: %w", err)
 		}

@@ -81,7 +81,8 @@ func ReleasedFor(ctx context.Context, gs *core.GameServer) bool {
 
 // Release gives back, for identity, a game server a multi-cluster request
 // was forwarded for: in.Source is the endpoint that allocated it (the
-// AllocationResponse's source). The Release goes to that endpoint with the
+// AllocationResponse's source), and in names the server, or the
+// idempotency key the caller made the request with. The Release goes to that endpoint with the
 // credentials of the namespace's policies naming it (all of them, whatever
 // their labels: the allocation may have been made under a selector since
 // changed), into each such policy's namespace until one holds the server.
@@ -99,9 +100,12 @@ func (f *Forwarder) Release(ctx context.Context, identity string, in *qmv1.Relea
 	if ns == "" {
 		ns = core.DefaultNamespace
 	}
-	name := in.GetGameServerName()
-	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "gameServerName: must not be empty")
+	name, key := in.GetGameServerName(), in.GetAllocationKey()
+	switch {
+	case name == "" && key == "":
+		return nil, status.Error(codes.InvalidArgument, "gameServerName or allocationKey: one must be given")
+	case name != "" && key != "":
+		return nil, status.Errorf(codes.InvalidArgument, "gameServerName %q and allocationKey %q both given: a Release names one allocation", name, key)
 	}
 	ep, err := Endpoint(in.GetSource())
 	if err != nil {
@@ -124,6 +128,11 @@ func (f *Forwarder) Release(ctx context.Context, identity string, in *qmv1.Relea
 	octx := metadata.AppendToOutgoingContext(ctx, HopsKey, hops, OnBehalfOfKey, identity)
 
 	notFound := status.Errorf(codes.NotFound, "you hold no allocation of game server %s/%s at %s", ns, name, ep)
+	if key != "" {
+		// The remote knows the key as this allocator forwarded it.
+		notFound = status.Errorf(codes.NotFound, "you hold no allocation made with idempotency key %q in namespace %s at %s", key, ns, ep)
+		key = derivedKey(identity, key)
+	}
 	var lastErr error
 	tried := map[string]bool{}
 	for _, p := range pols {
@@ -152,7 +161,7 @@ func (f *Forwarder) Release(ctx context.Context, identity string, in *qmv1.Relea
 			continue
 		}
 		tctx, cancel := context.WithTimeout(octx, f.tryTimeout)
-		resp, err := qmv1.NewAllocationAdminClient(c.cc).Release(tctx, &qmv1.ReleaseRequest{Namespace: target, GameServerName: name})
+		resp, err := qmv1.NewAllocationAdminClient(c.cc).Release(tctx, &qmv1.ReleaseRequest{Namespace: target, GameServerName: name, AllocationKey: key})
 		cancel()
 		f.clients.put(c)
 		st := status.Convert(err)

@@ -1,0 +1,431 @@
+package forward
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+	"github.com/quartermaster-dev/quartermaster/core"
+)
+
+// keyedRemote is a remote allocator with idempotency keys, as a
+// Quartermaster's: a request with a key it has allocated for gets that
+// allocation again; Release by key gives it back (NotFound when it holds
+// none). It allocates without limit, naming servers in order.
+type keyedRemote struct {
+	allocation.UnimplementedAllocationServiceServer
+	qmv1.UnimplementedAllocationAdminServer
+	name string
+
+	mu        sync.Mutex
+	byKey     map[string]string // key → server, while allocated
+	released  map[string]bool
+	keysSeen  []string
+	made      int
+	onBehalf  []string
+	allocated atomic.Int64 // servers allocated now
+}
+
+func newKeyedRemote(name string) *keyedRemote {
+	return &keyedRemote{name: name, byKey: map[string]string{}, released: map[string]bool{}}
+}
+
+func (r *keyedRemote) Allocate(_ context.Context, in *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
+	key := in.GetMetadata().GetAnnotations()[allocationKeyAnnotation]
+	//nolint:staticcheck // SA1019: the forwarder writes both forms; they must agree.
+	if k2 := in.GetMetaPatch().GetAnnotations()[allocationKeyAnnotation]; k2 != key {
+		return nil, status.Errorf(codes.InvalidArgument, "metadata key %q, metaPatch key %q", key, k2)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keysSeen = append(r.keysSeen, key)
+	if r.released[key] {
+		return nil, status.Error(codes.FailedPrecondition, keyReleasedText)
+	}
+	gs, ok := r.byKey[key]
+	if !ok || key == "" {
+		r.made++
+		gs = fmt.Sprintf("%s-gs-%d", r.name, r.made)
+		r.allocated.Add(1)
+		if key != "" {
+			r.byKey[key] = gs
+		}
+	}
+	return &allocation.AllocationResponse{GameServerName: gs, Address: "10.0.0.1",
+		Metadata: &allocation.AllocationResponse_GameServerMetadata{Annotations: in.GetMetadata().GetAnnotations()}}, nil
+}
+
+func (r *keyedRemote) Release(ctx context.Context, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	key := in.GetAllocationKey()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onBehalf = append(r.onBehalf, metadata.ValueFromIncomingContext(ctx, OnBehalfOfKey)...)
+	if key == "" {
+		return nil, status.Error(codes.InvalidArgument, "allocationKey: must not be empty")
+	}
+	r.released[key] = true
+	gs, ok := r.byKey[key]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no allocation with key %q", key)
+	}
+	delete(r.byKey, key)
+	r.allocated.Add(-1)
+	return &qmv1.ReleaseResponse{Allocation: &qmv1.Allocation{GameServerName: gs, Namespace: in.GetNamespace()}}, nil
+}
+
+func (r *keyedRemote) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.keysSeen...)
+}
+
+func (r *keyedRemote) holds(key string) bool { return r.serverOf(key) != "" }
+
+func (r *keyedRemote) serverOf(key string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byKey[key]
+}
+
+// serveKeyed serves r with mutual TLS on loopback, with fixed flow
+// control windows as allocator.Server has them: the first bytes it sends
+// back on a call are then the answer (no BDP ping ahead of it).
+func serveKeyed(t *testing.T, pki *testPKI, r *keyedRemote) string {
+	t.Helper()
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.ca.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert,
+	})), grpc.InitialWindowSize(StreamWindowBytes), grpc.InitialConnWindowSize(ConnWindowBytes))
+	allocation.RegisterAllocationServiceServer(srv, r)
+	qmv1.RegisterAllocationAdminServer(srv, r)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
+}
+
+// lossyLink is a TCP relay on loopback in front of an allocator that can
+// lose answers as the rig's FaultAnswerLost does: what the caller sends
+// goes through, and a connection is cut at the first bytes coming back.
+type lossyLink struct {
+	ln       net.Listener
+	upstream string
+	// lose: cut connections at their first bytes back; once: only the
+	// next one (then lose goes off by itself).
+	lose, once atomic.Bool
+	cuts       atomic.Int64
+	mu         sync.Mutex
+	conns      map[net.Conn]bool
+}
+
+func newLossyLink(t *testing.T, upstream string) *lossyLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lossyLink{ln: ln, upstream: upstream, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() {
+		ln.Close()
+		l.mu.Lock()
+		for c := range l.conns {
+			c.Close()
+		}
+		l.mu.Unlock()
+	})
+	go l.accept()
+	return l
+}
+
+func (l *lossyLink) addr() string { return l.ln.Addr().String() }
+
+func (l *lossyLink) accept() {
+	for {
+		down, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", l.upstream)
+		if err != nil {
+			down.Close()
+			continue
+		}
+		l.mu.Lock()
+		l.conns[down], l.conns[up] = true, true
+		l.mu.Unlock()
+		go func() { _, _ = io.Copy(up, down); up.Close() }()
+		go l.back(down, up)
+	}
+}
+
+// back copies the allocator's bytes to the caller unless answers are
+// being lost: then the first chunk is dropped and both sides closed.
+func (l *lossyLink) back(down, up net.Conn) {
+	defer down.Close()
+	defer up.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			if l.lose.Load() {
+				if l.once.Load() {
+					l.lose.Store(false)
+				}
+				l.cuts.Add(1)
+				return
+			}
+			if _, werr := down.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// keyedPolicies route {to: NAME} to the named endpoint, priority in the
+// given order, all in namespace default of the remote.
+func keyedForwarder(t *testing.T, o Options, sec Secret, endpoints ...string) (*Forwarder, *prometheus.Registry) {
+	t.Helper()
+	var policies []core.Policy
+	for i, ep := range endpoints {
+		policies = append(policies, core.Policy{
+			Name: fmt.Sprintf("c%d", i), Priority: int32(i + 1), Weight: 1, Labels: map[string]string{"to": "keyed"},
+			Connection: core.ConnectionInfo{ClusterName: fmt.Sprintf("c%d", i), Endpoints: []string{ep}, SecretName: sec.Name},
+		})
+	}
+	reg := prometheus.NewRegistry()
+	o.Source = NewStore(NewSet(map[string][]core.Policy{"default": policies}, []Secret{sec}))
+	o.Self = "entry"
+	o.Registerer = reg
+	f, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f, reg
+}
+
+// A remote allocates and the connection drops before the answer reaches
+// the forwarder: the forwarder sends the request to the same endpoint
+// again with the same key and gets the same server; one server is
+// allocated for the request, and nothing is left to reconcile.
+func TestLostAnswerRetriedWithKey(t *testing.T) {
+	pki := newTestPKI(t)
+	remote := newKeyedRemote("a")
+	link := newLossyLink(t, serveKeyed(t, pki, remote))
+	f, reg := keyedForwarder(t, Options{Retries: -1}, pki.secret(t, "entry"), link.addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A first request opens the connection (and allocates a server).
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, memo := range []*Memo{nil, new(Memo)} {
+		before := remote.allocated.Load()
+		seen := len(remote.seen())
+		link.once.Store(true)
+		link.lose.Store(true)
+		resp, err := f.AllocateFor(ctx, "caller", to("keyed", nil), memo, 1, nil)
+		if err != nil {
+			t.Fatalf("memo %v: %v", memo != nil, err)
+		}
+		if link.cuts.Load() == 0 {
+			t.Fatal("the link lost no answer: the test tested nothing")
+		}
+		keys := remote.seen()[seen:]
+		if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+			t.Fatalf("memo %v: the remote saw keys %q, want the same key twice", memo != nil, keys)
+		}
+		if got := remote.allocated.Load() - before; got != 1 {
+			t.Errorf("memo %v: %d servers allocated for one request, want 1", memo != nil, got)
+		}
+		if want := remote.serverOf(keys[0]); resp.GetGameServerName() != want {
+			t.Errorf("memo %v: answered %q, the key's server is %q", memo != nil, resp.GetGameServerName(), want)
+		}
+	}
+	if n := testutil.ToFloat64(f.m.lost.WithLabelValues("c0")); n != 2 {
+		t.Errorf("qm_forward_answers_lost_total = %v, want 2", n)
+	}
+	if n := f.rec.pendingCount(); n != 0 {
+		t.Errorf("%d releases queued for requests the remote served", n)
+	}
+	if n := counterOf(t, reg, "qm_forward_reconciliations_total", "queued"); n != 0 {
+		t.Errorf("reconciliations queued: %v, want 0", n)
+	}
+}
+
+// counterOf reads qm_forward_reconciliations_total-like counters by their
+// outcome label.
+func counterOf(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "outcome" && lp.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// The first cluster allocates and then stays unreachable: the forwarder
+// serves the request from the next cluster and, once the first is
+// reachable again, releases the allocation there, by key, for the caller
+// it was forwarded for.
+func TestLostAnswerReconciled(t *testing.T) {
+	pki := newTestPKI(t)
+	first, second := newKeyedRemote("first"), newKeyedRemote("second")
+	link := newLossyLink(t, serveKeyed(t, pki, first))
+	f, reg := keyedForwarder(t, Options{
+		Retries: -1, ReconcileBackoff: 20 * time.Millisecond,
+		Breaker: BreakerOptions{Failures: 1, OpenFor: 50 * time.Millisecond, MaxOpenFor: 100 * time.Millisecond},
+	}, pki.secret(t, "entry"), link.addr(), serveKeyed(t, pki, second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	warm := first.seen()[0]
+	link.lose.Store(true) // every answer, and every new connection's handshake
+	resp, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetGameServerName() != "second-gs-1" {
+		t.Fatalf("served by %q, want the second cluster's server", resp.GetGameServerName())
+	}
+	keys := first.seen()
+	if len(keys) != 2 {
+		t.Fatalf("the first cluster saw %d requests, want 2", len(keys))
+	}
+	lost := keys[1]
+	if !first.holds(lost) {
+		t.Fatal("the first cluster holds no allocation for the lost answer: the test tested nothing")
+	}
+	if k := second.seen(); len(k) != 1 || k[0] != lost {
+		t.Errorf("the second cluster saw keys %q, want the request's key %q", k, lost)
+	}
+	// Unreachable: the release waits.
+	time.Sleep(200 * time.Millisecond)
+	if !first.holds(lost) || f.rec.pendingCount() != 1 {
+		t.Fatalf("while the first cluster is unreachable: holds %v, %d releases queued", first.holds(lost), f.rec.pendingCount())
+	}
+
+	link.lose.Store(false)
+	deadline := time.Now().Add(20 * time.Second)
+	for first.holds(lost) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if first.holds(lost) {
+		t.Fatal("the first cluster still holds the allocation whose answer was lost")
+	}
+	if !first.holds(warm) {
+		t.Error("the reconciliation released another request's allocation")
+	}
+	for f.rec.pendingCount() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for outcome, want := range map[string]float64{"queued": 1, "released": 1, "nothing_there": 0, "given_up": 0} {
+		if n := counterOf(t, reg, "qm_forward_reconciliations_total", outcome); n != want {
+			t.Errorf("qm_forward_reconciliations_total{outcome=%q} = %v, want %v", outcome, n, want)
+		}
+	}
+	if n := counterOf(t, reg, "qm_forward_reconciliations_total", "attempted"); n < 1 {
+		t.Errorf("no release attempted")
+	}
+	first.mu.Lock()
+	onBehalf := append([]string(nil), first.onBehalf...)
+	first.mu.Unlock()
+	if len(onBehalf) == 0 || onBehalf[len(onBehalf)-1] != "caller" {
+		t.Errorf("the release was sent on behalf of %q, want the caller", onBehalf)
+	}
+}
+
+// The caller's key travels as a key of the caller's own: the same caller
+// sending it again (as annotation or gRPC header) gets the same forwarded
+// key, and the same server; another caller with the same key gets another
+// key, and another server. A request without a key gets a fresh key.
+func TestCallerKeyForwarded(t *testing.T) {
+	pki := newTestPKI(t)
+	remote := newKeyedRemote("r")
+	addr := serveKeyed(t, pki, remote)
+	f, _ := keyedForwarder(t, Options{}, pki.secret(t, "entry"), addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keyed := map[string]string{allocationKeyAnnotation: "match-1"}
+	header := metadata.NewIncomingContext(ctx, metadata.Pairs(allocationKeyHeader, "match-1"))
+	calls := []struct {
+		ctx      context.Context
+		identity string
+		ann      map[string]string
+	}{
+		{ctx, "alice", keyed}, {ctx, "alice", keyed}, {header, "alice", nil}, {ctx, "bob", keyed}, {ctx, "alice", nil}, {ctx, "alice", nil},
+	}
+	var servers []string
+	for i, c := range calls {
+		resp, err := f.AllocateFor(c.ctx, c.identity, to("keyed", c.ann), nil, 1, nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		servers = append(servers, resp.GetGameServerName())
+	}
+	k := remote.seen()
+	if k[0] != k[1] || k[0] != k[2] || servers[0] != servers[1] || servers[0] != servers[2] {
+		t.Errorf("one caller's key sent three times: keys %q, servers %q; want one key and one server", k[:3], servers[:3])
+	}
+	if k[3] == k[0] || servers[3] == servers[0] {
+		t.Errorf("two callers with the same key met at the remote: keys %q and %q, servers %q and %q", k[0], k[3], servers[0], servers[3])
+	}
+	for _, key := range k[:4] {
+		if key == "match-1" || key[:4] != "qmk-" {
+			t.Errorf("forwarded key %q, want a key derived from the caller's", key)
+		}
+	}
+	if k[4] == k[5] || k[4][:4] != "qmf-" || servers[4] == servers[5] {
+		t.Errorf("requests without a key: keys %q, %q, servers %q, %q; want two fresh keys and two servers", k[4], k[5], servers[4], servers[5])
+	}
+
+	// Released by the caller's key through the forwarder: the caller's
+	// allocation, not the other caller's with the same key.
+	resp, err := f.Release(ctx, "alice", &qmv1.ReleaseRequest{Source: addr, AllocationKey: "match-1"})
+	if err != nil || resp.GetAllocation().GetGameServerName() != servers[0] || resp.GetAllocation().GetOwner() != "alice" {
+		t.Fatalf("release by key: %v, %v", resp, err)
+	}
+	if remote.holds(k[0]) || !remote.holds(k[3]) {
+		t.Errorf("after alice's release by key: alice's held %v, bob's held %v; want false, true", remote.holds(k[0]), remote.holds(k[3]))
+	}
+	if _, err := f.Release(ctx, "alice", &qmv1.ReleaseRequest{Source: addr, AllocationKey: "match-1", GameServerName: "x"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("release naming a server and a key: %v, want InvalidArgument", err)
+	}
+}
