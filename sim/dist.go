@@ -79,7 +79,7 @@ func (d Dist) MeanValue() time.Duration {
 	case Exponential, Normal:
 		return d.Mean
 	case LogNormal:
-		mu, sigma := d.logParams()
+		mu, sigma := d.LogNormalParams()
 		return time.Duration(math.Exp(mu + sigma*sigma/2))
 	case Uniform:
 		return (d.Min + d.Max) / 2
@@ -90,7 +90,9 @@ func (d Dist) MeanValue() time.Duration {
 // z99 is the standard normal's 99th percentile.
 const z99 = 2.3263478740408408
 
-func (d Dist) logParams() (mu, sigma float64) {
+// LogNormalParams are a LogNormal's mu and sigma (of the logarithm, in
+// nanoseconds) from its median and p99.
+func (d Dist) LogNormalParams() (mu, sigma float64) {
 	mu = math.Log(float64(d.Median))
 	sigma = (math.Log(float64(d.P99)) - mu) / z99
 	return mu, sigma
@@ -110,7 +112,7 @@ func newSampler(d Dist, src rand.Source) *sampler {
 	case Exponential:
 		s.rnd = distuv.Exponential{Rate: 1 / float64(d.Mean), Src: src}
 	case LogNormal:
-		mu, sigma := d.logParams()
+		mu, sigma := d.LogNormalParams()
 		s.rnd = distuv.LogNormal{Mu: mu, Sigma: sigma, Src: src}
 	case Uniform:
 		if d.Max == d.Min {

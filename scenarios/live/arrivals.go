@@ -50,10 +50,6 @@ func (p *poissonPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, 
 	return p.at - elapsed, false
 }
 
-// z99 is the standard normal's 99th percentile: a lognormal's sigma from
-// its median and p99.
-const z99 = 2.3263478740408408
-
 // sessionSampler draws session lengths from d with a seeded generator;
 // safe for concurrent use (loadgen calls it from its answer goroutines).
 func sessionSampler(d sim.Dist, seed uint64) func() time.Duration {
@@ -67,8 +63,7 @@ func sessionSampler(d sim.Dist, seed uint64) func() time.Duration {
 		case sim.Exponential:
 			v = rng.ExpFloat64() * float64(d.Mean)
 		case sim.LogNormal:
-			m := math.Log(float64(d.Median))
-			s := (math.Log(float64(d.P99)) - m) / z99
+			m, s := d.LogNormalParams()
 			v = math.Exp(m + s*rng.NormFloat64())
 		case sim.Uniform:
 			v = float64(d.Min) + rng.Float64()*float64(d.Max-d.Min)
