@@ -168,6 +168,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return serve(ctx, f, code, log, stdout, stderr)
 }
 
+// serve runs the allocator until ctx ends or a listener fails, in named
+// steps: certificates, the limits and templates files, the request seed,
+// the backend, the metrics registry, forwarding, the service and its
+// server, listening (and, on Kubernetes, the cache's first sync), the
+// replicas' membership, the file watchers, serving, the announcement,
+// and the shutdown.
 func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.Logger, stdout, stderr io.Writer) error {
 	applyContainerMemoryLimit(log)
 	mode := mtls.ModeFromFlags(f.disableMTLS, f.disableTLS)
@@ -175,114 +181,25 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		_ = mtls.WriteInsecureWarning(stderr, mode)
 		log.Warn("INSECURE mode: for local development only", "mode", mode.String())
 	}
-
-	// Certificates: given, or development ones in the state directory.
-	dev := f.tlsDir == "" && f.clientCADir == "" && mode != mtls.ModeInsecureDisableTLS
-	certDir := filepath.Join(f.stateDir, "certs")
-	if dev {
-		hosts := append([]string{"localhost", "127.0.0.1", "::1"}, splitList(f.hosts)...)
-		if h, _, err := net.SplitHostPort(f.addr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
-			hosts = append(hosts, h)
-		}
-		res, err := certs.Generate(certs.GenerateOptions{Dir: certDir, Hosts: hosts, Clients: devIdentities, Now: time.Now()})
-		if err != nil {
-			return fmt.Errorf("making development certificates in %s: %w", certDir, err)
-		}
-		f.tlsDir, f.clientCADir = res.Layout.ServerDir(), res.Layout.ClientCADir()
-		log.Info("using development certificates", "dir", certDir, "identities", devIdentities)
-	} else if mode != mtls.ModeInsecureDisableTLS && (f.tlsDir == "" || (mode == mtls.ModeMTLS && f.clientCADir == "")) {
-		return errors.New("give both --tls-dir and --client-ca-dir (or neither, for development certificates)")
-	}
-	tlsSrv, err := mtls.NewServer(mtls.ServerOptions{Mode: mode, CertDir: f.tlsDir, ClientCADir: f.clientCADir, Logger: log})
+	tlsSetup, err := serveTLS(&f, mode, log)
 	if err != nil {
 		return err
 	}
-
-	var limits *allocator.LimitsConfig
-	var limitsFile *allocator.LimitsFile
-	if f.limits != "" {
-		if limitsFile, err = allocator.OpenLimitsFile(f.limits); err != nil {
-			return err
-		}
-		limits = limitsFile.Config
-		tlsSrv.SetClientCABindings(limits.ClientCABindings())
+	files, err := openServeFiles(f, tlsSetup.srv)
+	if err != nil {
+		return err
 	}
-	var templates *allocator.TemplatesConfig
-	if f.templates != "" {
-		if templates, err = allocator.LoadTemplates(f.templates); err != nil {
-			return err
-		}
-	}
-	seed := f.seed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	log.Info("request seeds", "seed", seed)
+	seed := requestSeed(f.seed, log)
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	var backend allocator.Backend
-	var kubeBackend *kube.Backend
-	var fleets *memory.Config
-	fleetSource := ""
-	switch f.backend {
-	case "memory":
-		fleets = memory.DemoConfig()
-		fleetSource = builtinFleetSource
-		if f.fleets != "" {
-			if fleets, err = memory.LoadConfig(f.fleets); err != nil {
-				return err
-			}
-			fleetSource = f.fleets
-		}
-		mb := memory.New(fleets, memory.Options{Seed: seed})
-		go mb.Run(runCtx)
-		backend = mb
-	case "kubernetes":
-		if f.fleets != "" {
-			return errors.New("--fleets is for the memory backend; with --backend kubernetes the fleets are Agones' own")
-		}
-		restCfg, err := kubeRESTConfig(f.kubeconfig)
-		if err != nil {
-			return err
-		}
-		shard, err := parseReplicaShard(f.replicaShard, f.replicas, os.Hostname)
-		if err != nil {
-			return err
-		}
-		if f.kubeQPS <= 0 || f.kubeBurst <= 0 {
-			return fmt.Errorf("--kube-qps and --kube-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst)
-		}
-		kb, err := kube.New(kube.Config{
-			REST: restCfg, Namespace: f.kubeNamespace, Logger: log,
-			QPS: float32(f.kubeQPS), Burst: f.kubeBurst,
-			PackedSpread: f.packedSpread, ReplicaShard: shard, Replicas: f.replicas,
-		})
-		if err != nil {
-			return err
-		}
-		// The informer lives as long as the process; the wait for its
-		// first list comes once /live is served (below).
-		kb.Run(runCtx)
-		backend, kubeBackend = kb, kb
-		f.multi.kubeREST, f.multi.kubeNamespace = restCfg, f.kubeNamespace
-	default:
-		return fmt.Errorf("--backend %q is not available (have: memory, kubernetes)", f.backend)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := allocator.NewMetrics()
-	if err := metrics.Register(reg); err != nil {
+	be, err := startBackend(runCtx, &f, seed, log)
+	if err != nil {
 		return err
 	}
-	if err := tlsSrv.Register(reg); err != nil {
+	reg, metrics, err := serveRegistry(tlsSetup.srv, be.kube)
+	if err != nil {
 		return err
-	}
-	if kubeBackend != nil {
-		if err := kubeBackend.Register(reg); err != nil {
-			return err
-		}
 	}
 	fwd, err := f.multi.start(runCtx, log, reg, unallocated)
 	if err != nil {
@@ -292,9 +209,9 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		defer fwd.Close()
 	}
 	svc, err := allocator.NewService(allocator.Options{
-		Backend: backend, Limits: limits, Logger: log, Metrics: metrics,
+		Backend: be.backend, Limits: files.limits, Logger: log, Metrics: metrics,
 		Seed: seed, UnallocatedCode: unallocated, Timeout: f.timeout,
-		MultiCluster: multiClusterOf(fwd), Templates: templates,
+		MultiCluster: multiClusterOf(fwd), Templates: files.templates,
 	})
 	if err != nil {
 		return err
@@ -304,50 +221,231 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		return err
 	}
 	defer stopTrace()
-	srv, err := allocator.NewServer(allocator.ServerOptions{
-		Service: svc, TLS: tlsSrv, Addr: f.addr, RESTAddr: f.restAddr, HTTPAddr: f.httpAddr,
-		Gatherer: reg, Logger: log, MaxRequestBytes: f.maxRequestBytes,
-		MaxConcurrentStreams: uint32(f.maxStreams), StreamWorkers: uint32(f.grpcWorkers), DrainDelay: f.drainDelay, Pprof: f.pprof,
-	})
+	srv, err := newServeServer(f, svc, tlsSetup.srv, reg, log)
 	if err != nil {
 		return err
 	}
 	if err := srv.Listen(); err != nil {
 		return err
 	}
-	if kubeBackend != nil {
-		if err := awaitKubeSync(ctx, kubeBackend, srv, f.syncTimeout, log); err != nil || ctx.Err() != nil {
+	if be.kube != nil {
+		if err := awaitKubeSync(ctx, be.kube, srv, f.syncTimeout, log); err != nil || ctx.Err() != nil {
 			return err
 		}
 	}
 	// Only a replica that can serve takes a shard.
-	stopMembership, err := startMembership(ctx, f, kubeBackend, log)
+	stopMembership, err := startMembership(ctx, f, be.kube, log)
 	if err != nil {
 		return err
 	}
+	watchServeFiles(runCtx, f, files, svc, tlsSetup.srv, log)
+	srv.Start()
+	if err := announceServing(stdout, f, mode, tlsSetup, be, srv, log); err != nil {
+		return err
+	}
+	return awaitShutdown(ctx, f, srv, stopMembership, log)
+}
 
-	go tlsSrv.Run(runCtx)
-	if limitsFile != nil {
-		go limitsFile.Watch(runCtx, limitsPollInterval, log, func(c *allocator.LimitsConfig) {
+// serveTLSSetup is the server's TLS and where its certificates came from.
+type serveTLSSetup struct {
+	srv *mtls.Server
+	// dev: development certificates made in certDir (no --tls-dir and
+	// --client-ca-dir given).
+	dev     bool
+	certDir string
+}
+
+// serveTLS makes the server's TLS: from --tls-dir and --client-ca-dir,
+// or from development certificates in the state directory when neither is
+// given (f then names them).
+func serveTLS(f *serveFlags, mode mtls.Mode, log *slog.Logger) (serveTLSSetup, error) {
+	s := serveTLSSetup{
+		dev:     f.tlsDir == "" && f.clientCADir == "" && mode != mtls.ModeInsecureDisableTLS,
+		certDir: filepath.Join(f.stateDir, "certs"),
+	}
+	if s.dev {
+		hosts := append([]string{"localhost", "127.0.0.1", "::1"}, splitList(f.hosts)...)
+		if h, _, err := net.SplitHostPort(f.addr); err == nil && h != "" && h != "0.0.0.0" && h != "::" {
+			hosts = append(hosts, h)
+		}
+		res, err := certs.Generate(certs.GenerateOptions{Dir: s.certDir, Hosts: hosts, Clients: devIdentities, Now: time.Now()})
+		if err != nil {
+			return s, fmt.Errorf("making development certificates in %s: %w", s.certDir, err)
+		}
+		f.tlsDir, f.clientCADir = res.Layout.ServerDir(), res.Layout.ClientCADir()
+		log.Info("using development certificates", "dir", s.certDir, "identities", devIdentities)
+	} else if mode != mtls.ModeInsecureDisableTLS && (f.tlsDir == "" || (mode == mtls.ModeMTLS && f.clientCADir == "")) {
+		return s, errors.New("give both --tls-dir and --client-ca-dir (or neither, for development certificates)")
+	}
+	var err error
+	s.srv, err = mtls.NewServer(mtls.ServerOptions{Mode: mode, CertDir: f.tlsDir, ClientCADir: f.clientCADir, Logger: log})
+	return s, err
+}
+
+// serveFiles are the identity limits (--limits) and game server templates
+// (--templates) as first read; both are re-read while serving.
+type serveFiles struct {
+	limitsFile *allocator.LimitsFile
+	limits     *allocator.LimitsConfig
+	templates  *allocator.TemplatesConfig
+}
+
+// openServeFiles reads --limits and --templates; the limits' client CA
+// bindings go to the TLS server.
+func openServeFiles(f serveFlags, tlsSrv *mtls.Server) (serveFiles, error) {
+	var files serveFiles
+	var err error
+	if f.limits != "" {
+		if files.limitsFile, err = allocator.OpenLimitsFile(f.limits); err != nil {
+			return files, err
+		}
+		files.limits = files.limitsFile.Config
+		tlsSrv.SetClientCABindings(files.limits.ClientCABindings())
+	}
+	if f.templates != "" {
+		if files.templates, err = allocator.LoadTemplates(f.templates); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// requestSeed is --seed, or one from the clock; it is logged either way,
+// so a run's decisions can be replayed.
+func requestSeed(seed uint64, log *slog.Logger) uint64 {
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	log.Info("request seeds", "seed", seed)
+	return seed
+}
+
+// serveBackend is the backend serve allocates from: the memory backend
+// with its fleets, or the kubernetes backend (kube set).
+type serveBackend struct {
+	backend     allocator.Backend
+	kube        *kube.Backend
+	fleets      *memory.Config // memory only
+	fleetSource string         // memory only: the fleets file, or builtinFleetSource
+}
+
+// startBackend makes --backend's backend and starts it under ctx. With
+// kubernetes, f's multi-cluster flags get its API server and namespace.
+func startBackend(ctx context.Context, f *serveFlags, seed uint64, log *slog.Logger) (serveBackend, error) {
+	var be serveBackend
+	switch f.backend {
+	case "memory":
+		be.fleets, be.fleetSource = memory.DemoConfig(), builtinFleetSource
+		if f.fleets != "" {
+			fleets, err := memory.LoadConfig(f.fleets)
+			if err != nil {
+				return be, err
+			}
+			be.fleets, be.fleetSource = fleets, f.fleets
+		}
+		mb := memory.New(be.fleets, memory.Options{Seed: seed})
+		go mb.Run(ctx)
+		be.backend = mb
+	case "kubernetes":
+		if f.fleets != "" {
+			return be, errors.New("--fleets is for the memory backend; with --backend kubernetes the fleets are Agones' own")
+		}
+		restCfg, err := kubeRESTConfig(f.kubeconfig)
+		if err != nil {
+			return be, err
+		}
+		shard, err := parseReplicaShard(f.replicaShard, f.replicas, os.Hostname)
+		if err != nil {
+			return be, err
+		}
+		if f.kubeQPS <= 0 || f.kubeBurst <= 0 {
+			return be, fmt.Errorf("--kube-qps and --kube-burst must be positive, got %v and %d", f.kubeQPS, f.kubeBurst)
+		}
+		kb, err := kube.New(kube.Config{
+			REST: restCfg, Namespace: f.kubeNamespace, Logger: log,
+			QPS: float32(f.kubeQPS), Burst: f.kubeBurst,
+			PackedSpread: f.packedSpread, ReplicaShard: shard, Replicas: f.replicas,
+		})
+		if err != nil {
+			return be, err
+		}
+		// The informer lives as long as the process; the wait for its
+		// first list comes once /live is served (awaitKubeSync).
+		kb.Run(ctx)
+		be.backend, be.kube = kb, kb
+		f.multi.kubeREST, f.multi.kubeNamespace = restCfg, f.kubeNamespace
+	default:
+		return be, fmt.Errorf("--backend %q is not available (have: memory, kubernetes)", f.backend)
+	}
+	return be, nil
+}
+
+// serveRegistry is the registry /metrics serves: Go's and the process's
+// collectors, the allocator's metrics, the TLS server's and the
+// kubernetes backend's (kb may be nil).
+func serveRegistry(tlsSrv *mtls.Server, kb *kube.Backend) (*prometheus.Registry, *allocator.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := allocator.NewMetrics()
+	if err := metrics.Register(reg); err != nil {
+		return nil, nil, err
+	}
+	if err := tlsSrv.Register(reg); err != nil {
+		return nil, nil, err
+	}
+	if kb != nil {
+		if err := kb.Register(reg); err != nil {
+			return nil, nil, err
+		}
+	}
+	return reg, metrics, nil
+}
+
+// newServeServer is the gRPC, REST and health server for svc, as the
+// flags configure it.
+func newServeServer(f serveFlags, svc *allocator.Service, tlsSrv *mtls.Server, reg prometheus.Gatherer, log *slog.Logger) (*allocator.Server, error) {
+	return allocator.NewServer(allocator.ServerOptions{
+		Service: svc, TLS: tlsSrv, Addr: f.addr, RESTAddr: f.restAddr, HTTPAddr: f.httpAddr,
+		Gatherer: reg, Logger: log, MaxRequestBytes: f.maxRequestBytes,
+		MaxConcurrentStreams: uint32(f.maxStreams), StreamWorkers: uint32(f.grpcWorkers), DrainDelay: f.drainDelay, Pprof: f.pprof,
+	})
+}
+
+// watchServeFiles keeps the certificates, the limits and the templates
+// current until ctx ends: each change applies without a restart.
+func watchServeFiles(ctx context.Context, f serveFlags, files serveFiles, svc *allocator.Service, tlsSrv *mtls.Server, log *slog.Logger) {
+	go tlsSrv.Run(ctx)
+	if files.limitsFile != nil {
+		go files.limitsFile.Watch(ctx, limitsPollInterval, log, func(c *allocator.LimitsConfig) {
 			svc.SetLimits(c)
 			tlsSrv.SetClientCABindings(c.ClientCABindings())
 		})
 	}
 	if f.templates != "" {
-		go allocator.WatchTemplates(runCtx, f.templates, limitsPollInterval, log, svc.SetTemplates)
+		go allocator.WatchTemplates(ctx, f.templates, limitsPollInterval, log, svc.SetTemplates)
 	}
-	srv.Start()
+}
 
+// announceServing writes --ready-file, prints the banner and logs the
+// addresses being served.
+func announceServing(stdout io.Writer, f serveFlags, mode mtls.Mode, tlsSetup serveTLSSetup, be serveBackend, srv *allocator.Server, log *slog.Logger) error {
 	grpcAddr, restAddr, httpAddr := srv.Addrs()
 	if f.readyFile != "" {
-		b, _ := json.Marshal(map[string]string{"grpc": grpcAddr, "rest": restAddr, "http": httpAddr, "certsDir": certDir})
+		b, _ := json.Marshal(map[string]string{"grpc": grpcAddr, "rest": restAddr, "http": httpAddr, "certsDir": tlsSetup.certDir})
 		if err := certs.WriteFileAtomic(f.readyFile, append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("--ready-file: %w", err)
 		}
 	}
-	printBanner(stdout, mode, dev, certDir, grpcAddr, restAddr, httpAddr, fleetSource, fleets)
+	printBanner(stdout, mode, tlsSetup.dev, tlsSetup.certDir, grpcAddr, restAddr, httpAddr, be.fleetSource, be.fleets)
 	log.Info("serving", "grpc", grpcAddr, "rest", restAddr, "http", httpAddr, "mode", mode.String(), "backend", f.backend)
+	return nil
+}
 
+// awaitShutdown serves until ctx ends (a signal) or a listener fails,
+// then leaves the membership and shuts the server down: not ready first,
+// requests in flight finished within --drain-delay plus
+// --shutdown-timeout.
+func awaitShutdown(ctx context.Context, f serveFlags, srv *allocator.Server, stopMembership func(), log *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: not ready any more; finishing requests in flight", "timeout", f.shutdownWait)
@@ -357,7 +455,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	stopMembership()
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownWait+f.drainDelay)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	log.Info("stopped")
 	return err
 }
