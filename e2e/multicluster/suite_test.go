@@ -231,6 +231,9 @@ func readyOn(ctx context.Context, cluster string) int {
 	return n
 }
 
+// releaseWorkers is how many Release calls releaseAll has in flight.
+const releaseWorkers = 8
+
 // releaseAll gives back every allocation on every cluster (the callers'
 // identity is an admin on the rig) and waits for the fleets to be whole.
 func releaseAll(ctx context.Context) {
@@ -243,9 +246,27 @@ func releaseAll(ctx context.Context) {
 			list, err = admin.List(ctx, &qmv1.ListRequest{AllOwners: true})
 			return err
 		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+		// Several at a time: after the spread spec there are thousands,
+		// each an update through the cluster's API server.
+		allocs := make(chan *qmv1.Allocation)
+		errs := make(chan error, releaseWorkers)
+		for range releaseWorkers {
+			go func() {
+				var first error
+				for a := range allocs {
+					if _, err := admin.Release(ctx, &qmv1.ReleaseRequest{Namespace: a.GetNamespace(), GameServerName: a.GetGameServerName()}); err != nil && first == nil {
+						first = fmt.Errorf("release %s/%s: %w", a.GetNamespace(), a.GetGameServerName(), err)
+					}
+				}
+				errs <- first
+			}()
+		}
 		for _, a := range list.GetAllocations() {
-			_, err := admin.Release(ctx, &qmv1.ReleaseRequest{Namespace: a.GetNamespace(), GameServerName: a.GetGameServerName()})
-			Expect(err).NotTo(HaveOccurred())
+			allocs <- a
+		}
+		close(allocs)
+		for range releaseWorkers {
+			Expect(<-errs).NotTo(HaveOccurred())
 		}
 	}
 	for _, c := range theRig.ClusterNames() {
