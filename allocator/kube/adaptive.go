@@ -169,10 +169,6 @@ func (b *Backend) allocate(ctx context.Context, req *core.Request, now time.Time
 // setReplicas makes this replica shard of n (0 <= shard < n), as the
 // membership sees it; n <= 1 turns shards off.
 func (b *Backend) setReplicas(shard, n int) {
-	if n <= 1 {
-		shard = 0
-	}
-	b.shard.Store(int32(shard))
 	b.ix.SetReplicaShard(shard, n)
 	b.spread.setReplicas(n)
 	b.metrics.setReplicas(shard, n)

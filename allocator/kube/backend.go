@@ -78,6 +78,9 @@ const (
 	DefaultMaxConflictRetries = 8
 	DefaultStaleRetries       = 3
 	DefaultStaleWait          = 10 * time.Millisecond
+	// commitTimeout bounds one allocation's write once sent; the caller's
+	// context does not (Commit).
+	commitTimeout = 30 * time.Second
 )
 
 // Backend allocates Agones GameServers in a Kubernetes cluster. It
@@ -107,13 +110,13 @@ type Backend struct {
 
 	spread  *spreadControl  // adaptive.go
 	metrics *replicaMetrics // replicametrics.go
-	shard   atomic.Int32    // this replica's shard (0 also without shards)
 
 	// Idempotency keys' records (keys.go).
 	leases     coordinationv1client.LeasesGetter
 	id         string // this replica's name as a claimant
 	keyGroup   string // KeyRecordLabel's value for this backend's records
 	keyMetrics *prometheus.CounterVec
+	lastKeyed  atomic.Int64 // unix nanoseconds of the last keyed request
 	// afterKeyedCommit, set by tests only, runs between a keyed
 	// allocation's commit and its record; true stops there, as a replica
 	// killed at that moment would.
@@ -380,7 +383,13 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 	if err != nil {
 		return nil, fmt.Errorf("building allocated %s/%s: %w", k.Namespace, k.Name, err)
 	}
-	updated, err := b.put(ctx, k, obj)
+	// The write is not cancelled with its caller: a cancelled request may
+	// still be applied by the API server, and then nobody would know the
+	// server is Allocated. Carried to its end, its answer tells the service,
+	// which gives back what a caller who went away cannot use.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	updated, err := b.put(wctx, k, obj)
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err):

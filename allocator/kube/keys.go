@@ -53,8 +53,8 @@ import (
 // nothing, so its record is deleted and a retry may try again.
 //
 // Records live for Config.KeyWindow after their allocation and are then
-// forgotten: the replica that holds shard 0 deletes the expired ones, and
-// any replica treats an expired record as absent. A request without a key
+// forgotten: replicas that take keyed requests delete the expired ones,
+// and any replica treats an expired record as absent. A request without a key
 // never reaches this code: one map lookup decides.
 //
 // Why not the key on the GameServer alone: two replicas with the same key
@@ -65,8 +65,9 @@ import (
 
 // Defaults for the key settings in Config.
 const (
-	// DefaultKeyWindow is how long a key is remembered after its allocation.
-	DefaultKeyWindow = 10 * time.Minute
+	// DefaultKeyWindow is how long a key is remembered after its
+	// allocation: the service's own window (allocator.Options.KeyWindow).
+	DefaultKeyWindow = allocator.DefaultKeyWindow
 	// DefaultKeyClaimTimeout bounds one keyed allocation once claimed; a
 	// claim is taken for dead after twice this (the margin covers clocks
 	// that disagree).
@@ -114,6 +115,7 @@ func stampOf(now time.Time) string {
 
 // allocateKeyed is Allocate for a request carrying key.
 func (b *Backend) allocateKeyed(ctx context.Context, req *core.Request, key string, now time.Time, seed uint64) (*allocator.Allocation, error) {
+	b.lastKeyed.Store(time.Now().UnixNano())
 	identity := req.Metadata.Annotations[allocator.OwnerAnnotation]
 	fp, err := allocator.KeyFingerprint(req)
 	if err != nil {
@@ -123,7 +125,12 @@ func (b *Backend) allocateKeyed(ctx context.Context, req *core.Request, key stri
 	leases := b.leases.Leases(b.cfg.KeyNamespace)
 	wait := keyPollFirst
 	for {
-		rec, err := leases.Create(ctx, b.newKeyRecord(k), metav1.CreateOptions{})
+		// The claim is not cancelled with the caller either: a create the
+		// API server applies after its caller gave up would hold the key
+		// for a claim bound with nobody allocating.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KeyClaimTimeout)
+		rec, err := leases.Create(cctx, b.newKeyRecord(k), metav1.CreateOptions{})
+		cancel()
 		if err == nil {
 			b.keyMetrics.WithLabelValues("claimed").Inc()
 			return b.allocateClaimed(ctx, req, k, rec, now, seed, "")
@@ -421,7 +428,10 @@ func (b *Backend) keyStoreError(what string, k keyed, err error) error {
 }
 
 // collectKeys deletes expired key records every interval until ctx ends,
-// while this replica holds shard 0 (every group of replicas has one).
+// once this replica has taken a keyed request in the last key window: a
+// replica whose callers send no keys makes no call for them. Several
+// replicas may collect at once; each delete is conditional, so none undoes
+// another's claim.
 func (b *Backend) collectKeys(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -431,7 +441,7 @@ func (b *Backend) collectKeys(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		if b.shard.Load() == 0 {
+		if last := b.lastKeyed.Load(); last != 0 && time.Since(time.Unix(0, last)) < 2*b.cfg.KeyWindow {
 			b.CollectKeys(ctx)
 		}
 	}
