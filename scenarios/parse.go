@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"regexp"
@@ -16,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/yamlfile"
 )
 
 // Load reads, decodes, defaults and validates the scenario file at path.
@@ -35,38 +35,14 @@ func Load(path string) (*Scenario, error) {
 // bound keeps a hostile file from costing unbounded memory.
 const maxFileSize = 1 << 20
 
+// fileFormat is a scenario file's version, kind and size bound.
+var fileFormat = yamlfile.Format{Name: "scenario", APIVersion: APIVersion, Kind: Kind, MaxSize: maxFileSize, Reword: yamlError}
+
 // Parse decodes a scenario strictly, applies defaults and validates it.
 func Parse(data []byte) (*Scenario, error) {
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("scenario is %d bytes; the limit is %d", len(data), maxFileSize)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("scenario is empty")
-	}
-	// Check the version first, so that a file of another kind gets that
-	// error instead of a list of unknown fields.
-	var head struct {
-		APIVersion string `yaml:"apiVersion"`
-		Kind       string `yaml:"kind"`
-	}
-	if err := yaml.Unmarshal(data, &head); err != nil {
-		return nil, yamlError(data, err)
-	}
-	if head.APIVersion != APIVersion {
-		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, APIVersion)
-	}
-	if head.Kind != Kind {
-		return nil, fmt.Errorf("kind: got %q, want %q", head.Kind, Kind)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Scenario
-	if err := dec.Decode(&s); err != nil {
-		return nil, yamlError(data, err)
-	}
-	var extra any
-	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, errors.New("a scenario file holds one YAML document; found more")
+	if err := fileFormat.Decode(data, &s); err != nil {
+		return nil, err
 	}
 	s.Default()
 	if err := s.Validate(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/sim"
+	"github.com/quartermaster-dev/quartermaster/yamlfile"
 )
 
 // APIVersion and Kind identify a scenario file.
@@ -167,7 +168,7 @@ type Instant struct{ time.Time }
 // UnmarshalYAML reads an RFC 3339 instant.
 func (i *Instant) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: a %s is not an instant: write one like 2026-11-23T00:00:00+01:00", n.Line, nodeKind(n))
+		return fmt.Errorf("line %d: a %s is not an instant: write one like 2026-11-23T00:00:00+01:00", n.Line, yamlfile.NodeKind(n))
 	}
 	t, err := core.ParseInstant(n.Value)
 	if err != nil {
@@ -196,7 +197,7 @@ type WindowTime struct {
 // UnmarshalYAML reads an instant or a duration.
 func (w *WindowTime) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: a %s is not a window edge: write an instant like 2026-11-23T18:00:00+01:00 or a duration after spec.start like 42h", n.Line, nodeKind(n))
+		return fmt.Errorf("line %d: a %s is not a window edge: write an instant like 2026-11-23T18:00:00+01:00 or a duration after spec.start like 42h", n.Line, yamlfile.NodeKind(n))
 	}
 	if d, err := time.ParseDuration(n.Value); err == nil {
 		*w = WindowTime{Offset: d}
@@ -243,12 +244,12 @@ func (r *Recurrences) UnmarshalYAML(n *yaml.Node) error {
 	case yaml.SequenceNode:
 		items = n.Content
 	default:
-		return fmt.Errorf("line %d: a %s is not a recurrence: write %s, or a list of them", n.Line, nodeKind(n), core.RecurrenceSyntax)
+		return fmt.Errorf("line %d: a %s is not a recurrence: write %s, or a list of them", n.Line, yamlfile.NodeKind(n), core.RecurrenceSyntax)
 	}
 	out := Recurrences{}
 	for _, it := range items {
 		if it.Kind != yaml.ScalarNode {
-			return fmt.Errorf("line %d: a %s is not a recurrence: write %s", it.Line, nodeKind(it), core.RecurrenceSyntax)
+			return fmt.Errorf("line %d: a %s is not a recurrence: write %s", it.Line, yamlfile.NodeKind(it), core.RecurrenceSyntax)
 		}
 		rec, err := core.ParseRecurrence(it.Value)
 		if err != nil {
@@ -430,48 +431,6 @@ type NormalDist struct {
 	Stddev Duration `yaml:"stddev" json:"stddev"`
 }
 
-// nodeKind names a YAML node's kind the way a reader of the file sees it.
-func nodeKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.AliasNode:
-		return "alias"
-	default:
-		return "value"
-	}
-}
-
-// Duration is a time.Duration written as Go writes one ("1h30m", "250ms").
-// A bare number is refused: it would be ambiguous.
-type Duration time.Duration
-
-// UnmarshalYAML accepts a duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		// A list or mapping has no Value to quote; say what it is instead.
-		return fmt.Errorf("line %d: a %s is not a duration: write one value with a unit, like 10s or 1h30m", n.Line, nodeKind(n))
-	}
-	if n.Tag != "!!str" {
-		return fmt.Errorf("line %d: %q is not a duration: write it with a unit, like 10s or 1h30m", n.Line, n.Value)
-	}
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration: write it with a unit, like 10s or 1h30m", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// MarshalJSON writes the duration string.
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + time.Duration(d).String() + `"`), nil
-}
-
-// D is the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
+// Duration is a time.Duration written as Go writes one ("1h30m", "250ms"),
+// the same type every versioned file uses.
+type Duration = yamlfile.Duration
