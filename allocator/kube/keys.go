@@ -71,7 +71,7 @@ const (
 	// DefaultKeyClaimTimeout bounds one keyed allocation once claimed; a
 	// claim is taken for dead after twice this (the margin covers clocks
 	// that disagree).
-	DefaultKeyClaimTimeout = 10 * time.Second
+	DefaultKeyClaimTimeout = 15 * time.Second
 	// KeyRecordLabel marks the Leases that are key records (and carries the
 	// backend's watched namespace hash, so that collecting them never
 	// touches replica Leases or another allocator's keys' records).

@@ -275,10 +275,13 @@ var _ = Describe("idempotency keys across replicas", func() {
 	})
 
 	It("holds one allocation per key under concurrent duplicates from many callers", func() {
-		const keys, servers = 60, 90
+		const keys, servers = 30, 45
 		ns := newNamespace(ctx)
 		fleet(ns, servers)
-		reps := []*kube.Backend{replica(ns), replica(ns), replica(ns)}
+		// A bound no allocation reaches even on a loaded machine under
+		// the race detector: this spec is about duplicates, not takeovers.
+		patient := func(c *kube.Config) { c.KeyClaimTimeout = time.Minute }
+		reps := []*kube.Backend{replica(ns, patient), replica(ns, patient), replica(ns, patient)}
 		type answer struct {
 			name string
 			err  error
