@@ -1,7 +1,6 @@
 package rig
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/quartermaster-dev/quartermaster/yamlfile"
 )
 
 // APIVersion and Kind identify a topology file.
@@ -120,23 +121,7 @@ type ConnectionInfo struct {
 
 // Duration is a time.Duration written with a unit, as time.ParseDuration
 // reads it; a bare number is refused.
-type Duration time.Duration
-
-// UnmarshalYAML reads a duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var v time.Duration
-	if err := n.Decode(&v); err != nil {
-		return fmt.Errorf("line %d: %q is not a duration: write it with a unit, like 5ms", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration string.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-
-// D is the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
+type Duration = yamlfile.Duration
 
 // Links set the latency of every connection: from the callers to each
 // cluster's allocators, and from each cluster's allocators to another's.
@@ -185,33 +170,16 @@ func Load(path string) (*Topology, error) {
 	return t, nil
 }
 
-// Parse decodes a topology strictly (unknown fields are errors), applies
-// defaults and validates it.
+// fileFormat is a topology file's version, kind and size bound.
+var fileFormat = yamlfile.Format{Name: "topology", APIVersion: APIVersion, Kind: Kind, MaxSize: maxFileSize,
+	Reword: func(_ []byte, err error) error { return yamlError(err) }}
+
+// Parse decodes a topology strictly (unknown fields are errors, and so is
+// a second document), applies defaults and validates it.
 func Parse(data []byte) (*Topology, error) {
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("topology is %d bytes; the limit is %d", len(data), maxFileSize)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("topology is empty")
-	}
-	var head struct {
-		APIVersion string `yaml:"apiVersion"`
-		Kind       string `yaml:"kind"`
-	}
-	if err := yaml.Unmarshal(data, &head); err != nil {
-		return nil, yamlError(err)
-	}
-	if head.APIVersion != APIVersion {
-		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, APIVersion)
-	}
-	if head.Kind != Kind {
-		return nil, fmt.Errorf("kind: got %q, want %q", head.Kind, Kind)
-	}
 	var t Topology
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&t); err != nil {
-		return nil, yamlError(err)
+	if err := fileFormat.Decode(data, &t); err != nil {
+		return nil, err
 	}
 	t.Default()
 	if err := t.Validate(); err != nil {
