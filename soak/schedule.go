@@ -1,12 +1,10 @@
 package soak
 
 import (
-	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -14,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/quartermaster-dev/quartermaster/yamlfile"
 )
 
 // The fault schedule file's version and kind.
@@ -85,23 +83,7 @@ type FaultEntry struct {
 }
 
 // Duration is a time.Duration written with a unit, like 30s or 2m.
-type Duration time.Duration
-
-// UnmarshalYAML accepts a duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		return fmt.Errorf("line %d: %q is not a duration: write one value with a unit, like 30s or 2m", n.Line, n.Value)
-	}
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration: write one value with a unit, like 30s or 2m", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML writes the duration with its unit.
-func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+type Duration = yamlfile.Duration
 
 // ScheduledFault is one fault of an expanded schedule, as offsets from
 // the run's start.
@@ -141,39 +123,16 @@ func LoadSchedule(path string) (*ScheduleFile, error) {
 // maxScheduleSize bounds what ParseSchedule reads: a schedule is a page.
 const maxScheduleSize = 1 << 20
 
+// scheduleFormat is a schedule file's version, kind and size bound.
+var scheduleFormat = yamlfile.Format{Name: "schedule", APIVersion: ScheduleAPIVersion, Kind: ScheduleKind, MaxSize: maxScheduleSize,
+	Reword: func(_ []byte, err error) error { return scheduleYAMLError(err) }}
+
 // ParseSchedule decodes a schedule strictly (an unknown field is an
 // error), applies defaults and validates it.
 func ParseSchedule(data []byte) (*ScheduleFile, error) {
-	if len(data) > maxScheduleSize {
-		return nil, fmt.Errorf("schedule is %d bytes; the limit is %d", len(data), maxScheduleSize)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, errors.New("schedule is empty")
-	}
-	// The version first, so a file of another kind says so instead of
-	// listing unknown fields.
-	var head struct {
-		APIVersion string `yaml:"apiVersion"`
-		Kind       string `yaml:"kind"`
-	}
-	if err := yaml.Unmarshal(data, &head); err != nil {
-		return nil, scheduleYAMLError(err)
-	}
-	if head.APIVersion != ScheduleAPIVersion {
-		return nil, fmt.Errorf("apiVersion: got %q, want %q", head.APIVersion, ScheduleAPIVersion)
-	}
-	if head.Kind != ScheduleKind {
-		return nil, fmt.Errorf("kind: got %q, want %q", head.Kind, ScheduleKind)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var f ScheduleFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, scheduleYAMLError(err)
-	}
-	var extra any
-	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, errors.New("a schedule file holds one YAML document; found more")
+	if err := scheduleFormat.Decode(data, &f); err != nil {
+		return nil, err
 	}
 	f.Default()
 	if err := f.Validate(); err != nil {
