@@ -17,4 +17,15 @@
 // watch events are decoded leanly: a small scanner (jsonscan.go) finds
 // metadata and status, and only those go through encoding/json
 // (object.go, watch.go).
+//
+// A request with an idempotency key is allocated once across all replicas
+// sharing the GameServers (keys.go): before allocating, a replica creates
+// the key's record, a coordination.k8s.io Lease in the allocator's own
+// namespace named after a hash of the caller's identity and key. The API
+// server lets one create of a name succeed, whatever each replica's
+// informer has seen, so exactly one replica allocates; the others read the
+// record and answer with the server it names (read from the API server,
+// not the cache), wait while it is pending, or take over a claim whose
+// replica died, looking first for a server that replica allocated. A
+// request without a key never touches the records.
 package kube
