@@ -447,5 +447,8 @@ func (s *Set) expectations() []Expectation {
 	for _, in := range s.Loads {
 		out = append(out, in.expectations()...)
 	}
+	for _, in := range s.Soaks {
+		out = append(out, in.expectations()...)
+	}
 	return out
 }

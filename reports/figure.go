@@ -75,6 +75,8 @@ type Set struct {
 	Loads []*LoadInput
 	// Plans are the capacity plans read (qm plan --out), in input order.
 	Plans []*PlanInput
+	// Soaks are the soak results read (qm soak), in input order.
+	Soaks []*SoakInput
 	// Files are the inputs' names, in the order given.
 	Files []string
 }

@@ -78,6 +78,13 @@ func (r *Report) WriteHTML(w io.Writer) error {
 		}
 		secs = append(secs, s)
 	}
+	for i, in := range r.Current.Soaks {
+		s, err := soakSection(i, in)
+		if err != nil {
+			return fmt.Errorf("%s: %w", in.File, err)
+		}
+		secs = append(secs, s)
+	}
 	secs = append(secs, r.figuresSection())
 	return pageTemplate.Execute(w, struct {
 		Title   string

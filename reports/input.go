@@ -104,6 +104,8 @@ func (s *Set) read(file string, data []byte) error {
 		return readSim(s, file, data, head.Kind)
 	case isLoadKind(head.Kind):
 		return readLoad(s, file, data)
+	case isSoakKind(head.Kind):
+		return readSoak(s, file, data)
 	case head.Kind == "":
 		return fmt.Errorf("%s: JSON without a \"kind\": not a result qm report reads (%s)", file, knownKinds())
 	default:

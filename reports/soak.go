@@ -1,0 +1,221 @@
+package reports
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/quartermaster-dev/quartermaster/soak"
+)
+
+// SoakInput is one soak result: qm soak's result.json, or what qm soak
+// check --json wrote.
+type SoakInput struct {
+	File   string
+	Result *soak.Result
+}
+
+func isSoakKind(kind string) bool { return kind == soak.ResultKind }
+
+// readSoak decodes a soak result. It adds no figures to compare with a
+// baseline: a soak is judged by its checker, whose table the page shows.
+func readSoak(set *Set, file string, data []byte) error {
+	res, err := soak.ReadResult(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	set.Soaks = append(set.Soaks, &SoakInput{File: file, Result: res})
+	return nil
+}
+
+// expectations are the soak's promises: each held when it has no
+// violation, so a report of a soak that broke one fails as qm soak did.
+func (in *SoakInput) expectations() []Expectation {
+	var out []Expectation
+	for _, p := range in.Result.Promises {
+		out = append(out, Expectation{Source: "soak/" + soakName(in.File), Metric: p.Name + " violations",
+			Value: float64(p.Violations), Want: "= 0", Pass: p.Violations == 0})
+	}
+	return out
+}
+
+// soakName names a soak after its file, or after its directory when the
+// file is qm soak's result.json.
+func soakName(file string) string {
+	base := strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	if base == "result" {
+		if dir := filepath.Base(filepath.Dir(file)); dir != "." && dir != "/" {
+			return dir
+		}
+	}
+	return base
+}
+
+// soakSection draws a soak's faults as bands over its throughput, errors
+// and latency, second by second, and gives the checker's tables.
+func soakSection(i int, in *SoakInput) (section, error) {
+	r := in.Result
+	s := section{ID: fmt.Sprintf("soak-%d", i), Title: "Soak run " + in.File,
+		Intro: fmt.Sprintf("qm soak, %s from %s: %d requests, %d answered OK (%d released, %d held at the end), %d faults; violations: %d. Shaded bands are the faults, one colour per kind; the numbers per second are by the second each request was sent.",
+			r.End.Sub(r.Start).Round(time.Second), r.Start.UTC().Format(time.RFC3339), r.Requests, r.OK, r.Released, r.Live, len(r.FaultSpans), r.Violations())}
+	var x, ok, failed, p50, p99 []float64
+	for _, sec := range r.Timeline {
+		x = append(x, float64(sec.At))
+		ok = append(ok, float64(sec.OK))
+		failed = append(failed, float64(sec.Failed))
+		p50 = append(p50, soakMs(sec.P50, sec.Sent))
+		p99 = append(p99, soakMs(sec.P99, sec.Sent))
+	}
+	for _, spec := range []struct {
+		id, title, ylabel, unit string
+		ss                      []series
+	}{
+		{"throughput", "Answered OK per second", "allocations/s", "allocations/s", []series{{name: "OK", x: x, y: ok}}},
+		{"errors", "Failed per second", "requests/s", "requests/s", []series{{name: "failed", x: x, y: failed}}},
+		{"latency", "Latency per second (answer less send)", "latency (ms)", "ms", []series{{name: "p50", x: x, y: p50}, {name: "p99", x: x, y: p99}}},
+	} {
+		// An empty chart first: the bands go under the lines.
+		p, err := lineChart(spec.title, "time since the start (s)", spec.ylabel, nil)
+		if err != nil {
+			return s, err
+		}
+		if err := faultBands(p, r, spec.ss); err != nil {
+			return s, err
+		}
+		if err := addLines(p, spec.ss); err != nil {
+			return s, fmt.Errorf("%s: %w", spec.title, err)
+		}
+		svg, err := svgOf(p)
+		if err != nil {
+			return s, err
+		}
+		s.Charts = append(s.Charts, chart{ID: s.ID + "-" + spec.id, Title: spec.title, SVG: svg, Table: seriesTable("time (s)", spec.unit, spec.ss)})
+	}
+
+	pt := table{Head: []string{"promise", "violations", "explained", "meaning", "examples"}}
+	for _, p := range r.Promises {
+		ex := ""
+		for k, e := range p.Examples {
+			if k > 0 {
+				ex += " · "
+			}
+			ex += e
+		}
+		pt.Rows = append(pt.Rows, []string{p.Name, strconv.Itoa(p.Violations), strconv.Itoa(p.Explained), p.Description, ex})
+	}
+	s.Tables = append(s.Tables, namedTable{Title: "the promises", table: pt})
+
+	ft := table{Head: []string{"fault", "count", "failed during", "failed after", "max recovery (s)", "unrecovered", "p99 during (ms)"}}
+	ft.Rows = append(ft.Rows, []string{"(outside faults)", "-", soakPct(r.ErrorRateOutside), "-", "-", "-", num(float64(r.P99Outside) / float64(time.Millisecond))})
+	for _, f := range r.Faults {
+		ft.Rows = append(ft.Rows, []string{f.Kind, strconv.Itoa(f.Count),
+			shareOf(f.DuringFailed, f.During), shareOf(f.AfterFailed, f.After),
+			num(f.MaxRecovery.Seconds()), strconv.Itoa(f.Unrecovered), num(float64(f.P99During) / float64(time.Millisecond))})
+	}
+	s.Tables = append(s.Tables, namedTable{Title: "the cost of each kind of fault", table: ft})
+
+	tt := table{Head: []string{"fault", "target", "start (s)", "end (s)"}}
+	for _, f := range r.FaultSpans {
+		tt.Rows = append(tt.Rows, []string{f.Kind, f.Target, num(f.Start.Sub(r.Start).Seconds()), num(f.End.Sub(r.Start).Seconds())})
+	}
+	s.Tables = append(s.Tables, namedTable{Title: "the fault timeline", table: tt})
+	return s, nil
+}
+
+// soakMs is a latency in milliseconds, NaN for a second without requests
+// (lineChart leaves a gap there rather than draw a zero latency).
+func soakMs(d time.Duration, n int) float64 {
+	if n == 0 {
+		return math.NaN()
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+func soakPct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+func shareOf(n, of int) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s of %d", soakPct(float64(n)/float64(of)), of)
+}
+
+// faultBands shades each fault's span, the full height of the plot, in
+// its kind's colour, under the lines already added; each kind is named
+// once in the legend.
+func faultBands(p *plot.Plot, r *soak.Result, ss []series) error {
+	top := 1.0
+	for _, s := range ss {
+		for _, y := range s.y {
+			if !math.IsNaN(y) && y > top {
+				top = y
+			}
+		}
+	}
+	top *= 1.05
+	p.Y.Min, p.Y.Max = 0, top
+	// Room on the right for the legend, clear of the lines.
+	p.X.Min, p.X.Max = 0, 1.3*r.End.Sub(r.Start).Seconds()
+	colours := map[string]color.Color{}
+	for i, k := range soak.FaultKinds {
+		colours[k] = plotutil.Color(i + 1)
+	}
+	var bands []plot.Plotter
+	named := map[string]bool{}
+	for _, f := range r.FaultSpans {
+		from, to := f.Start.Sub(r.Start).Seconds(), f.End.Sub(r.Start).Seconds()
+		poly, err := plotter.NewPolygon(plotter.XYs{{X: from, Y: 0}, {X: to, Y: 0}, {X: to, Y: top}, {X: from, Y: top}})
+		if err != nil {
+			return fmt.Errorf("fault %s at %gs: %w", f.Kind, from, err)
+		}
+		c, ok := colours[f.Kind]
+		if !ok {
+			c = color.Gray{Y: 128}
+		}
+		rr, g, b, _ := c.RGBA()
+		poly.Color = color.NRGBA{R: uint8(rr >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 48}
+		poly.LineStyle.Width = 0
+		bands = append(bands, poly)
+		if !named[f.Kind] {
+			named[f.Kind] = true
+			p.Legend.Add(f.Kind, poly)
+		}
+	}
+	p.Add(bands...)
+	return nil
+}
+
+// addLines draws series as lines, as lineChart does, on a plot that
+// already has what goes under them.
+func addLines(p *plot.Plot, ss []series) error {
+	for i, s := range ss {
+		xys := make(plotter.XYs, 0, len(s.x))
+		for j := range s.x {
+			if math.IsNaN(s.y[j]) || math.IsInf(s.y[j], 0) {
+				continue
+			}
+			xys = append(xys, plotter.XY{X: s.x[j], Y: s.y[j]})
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.name, l)
+	}
+	return nil
+}
