@@ -22,6 +22,7 @@ func (c *clientCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if e, ok := v.(*encodedRequest); ok {
 		// grpc-go only reads the slice and its buffer (a SliceBuffer's
 		// Free does nothing), so one serves every call.
+		e.encodings.Add(1)
 		return e.data, nil
 	}
 	return c.proto.Marshal(v)

@@ -17,4 +17,54 @@
 // tried, and why each failed, in one error. Forwarded calls carry the hops
 // they crossed in gRPC metadata so that a policy pointing back at an
 // allocator already on the path is refused instead of looping.
+//
+// # Lost answers, retries and reconciliation
+//
+// A forwarded request can fail in two ways that look alike and are not: it
+// was refused before the remote could act on it (the connection could not
+// be made or was refused, the endpoint's breaker is open), or it was sent
+// and no answer came back (the connection broke mid-call, the try timed
+// out). The forwarder tells them apart by whether grpc-go created the
+// call's stream on a connection: only then may the request have reached
+// the remote. A refusal moves on to the next endpoint, as before. A lost
+// answer means the remote may have allocated, and moving on could leave
+// two clusters each holding a server for one request; so the forwarder
+// first sends the request to the same endpoint again (LostAnswerRetries
+// times, within the caller's deadline) with the same idempotency key,
+// and a Quartermaster remote that allocated answers with that allocation.
+//
+// Every forwarded request carries a key (the quartermaster.dev/allocation-key
+// annotation, in metadata and metaPatch alike). The caller's own key,
+// from the annotation or the gRPC header, is sent as a digest of the
+// caller's identity and the key: a remote scopes keys by its caller, which
+// is this allocator's certificate for every one of its callers, and two
+// callers using the same key must not be given each other's servers; the
+// same caller's retry, through any replica, derives the same key. A request
+// without a key is given one of the forwarder's own for its forwarding
+// only. That costs a short suffix to the encoded request (protobuf merges
+// it into the request's metadata, so a Memo's encoding is shared still)
+// and, on a Quartermaster remote, the bookkeeping of a keyed
+// request; it buys retries that cannot allocate twice and releases that
+// find what they release, for every forwarded request, which is what a
+// forwarder that cannot see its remotes' state needs. An Agones remote puts
+// the annotation on the GameServer it allocates and ignores it otherwise:
+// its allocations are neither retried safely nor released by key (it has
+// no Release), as before.
+//
+// When the forwarder moves on after a lost answer and another cluster
+// serves the request, or no cluster does and the key is the forwarder's
+// own (nobody else can ask for that allocation), it queues a release of
+// the key at the endpoint whose answer was lost (ReleaseRequest with
+// allocationKey, for the identity the request was forwarded for, as a
+// forwarded Release by name is). A background worker sends it once the
+// endpoint is reachable: at once, then with a doubling backoff, and as
+// soon as the endpoint's breaker closes; NotFound (nothing was allocated,
+// or it was released already) ends it as nothing there; an endpoint that
+// refuses (an allocator without release by key) or stays unreachable for
+// ReconcileFor ends it as given up. The queue is bounded, and dropped when
+// the forwarder closes. A request with the caller's key that no cluster
+// served is left alone: the caller's retry within the remote's key window
+// gets the allocation. qm_forward_answers_lost_total and
+// qm_forward_reconciliations_total (queued, attempted, released,
+// nothing_there, given_up) count what happened.
 package forward

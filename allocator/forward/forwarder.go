@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -604,12 +603,7 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			base = &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
 		}
 	}
-	msg, err := withKey(base.data, key)
-	if err != nil {
-		t.out, t.code = outRefused, codes.InvalidArgument
-		t.msg = "the request's key cannot be encoded: " + err.Error()
-		return nil, t
-	}
+	msg := withKey(base.data, key)
 	var octx context.Context
 	if hops == f.self {
 		// A request no other allocator forwarded (the usual one): the
@@ -625,6 +619,7 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 	}
 
 	var last []string
+	var err error
 	for round := 0; ; round++ {
 		reached := false
 		for _, ep := range endpoints {
@@ -745,10 +740,11 @@ func transportFailure(err error) bool {
 	return false
 }
 
-// invoke sends msg to ep once. sent reports whether the call reached a
-// connection (grpc-go created its stream, so the request may have been
-// written): a failure with sent false was refused before the remote could
-// act on it; with sent true the remote may have.
+// invoke sends msg to ep once. sent reports whether grpc-go took the
+// request's bytes to write them on a call (it does so once the call has a
+// stream on a connection): a failure with sent false was refused before
+// anything of the request left, and the remote cannot have acted on it;
+// with sent true it may have.
 func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, serverCA []byte, msg *encodedRequest) (resp *allocation.AllocationResponse, sent bool, err error) {
 	c, err := f.clients.get(ep, sec, serverCA, false)
 	if err != nil {
@@ -760,15 +756,15 @@ func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, ser
 		// already, without a timer and context per call.)
 		tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
 	}
-	var pr peer.Peer
+	encodings := msg.encodings.Load()
 	resp = new(allocation.AllocationResponse)
-	err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp, grpc.Peer(&pr))
+	err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
 	if cancel != nil {
 		cancel()
 	}
 	f.clients.put(c)
 	if err != nil {
-		return nil, pr.Addr != nil, err
+		return nil, msg.encodings.Load() != encodings, err
 	}
 	return resp, true, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/core"
@@ -86,16 +87,45 @@ func (k *requestKeys) next() string {
 // occurrences, and a map's later entry replaces an earlier one with the
 // same key: the remote reads base with its annotation set to key, while
 // base itself, the Memo's, stays the same for every request.
-func withKey(base mem.BufferSlice, key string) (*encodedRequest, error) {
-	ann := map[string]string{allocationKeyAnnotation: key}
-	suffix, err := (&allocation.AllocationRequest{
-		Metadata:  &allocation.MetaPatch{Annotations: ann},
-		MetaPatch: &allocation.MetaPatch{Annotations: ann}, //nolint:staticcheck // SA1019: the double write Agones does.
-	}).MarshalVT()
-	if err != nil {
-		return nil, err
+func withKey(base mem.BufferSlice, key string) *encodedRequest {
+	k := &keyedRequest{}
+	k.data = append(append(k.bufs[:0], base...), mem.SliceBuffer(appendKeySuffix(k.buf[:0], key)))
+	return &k.encodedRequest
+}
+
+// keyedRequest holds a keyed request's parts in one allocation.
+type keyedRequest struct {
+	encodedRequest
+	bufs [2]mem.Buffer
+	buf  [192]byte // the suffix, unless the key is long
+}
+
+// The field numbers of the suffix, from the generated descriptors.
+var (
+	fieldMetadata, fieldMetaPatch, fieldAnnotations, fieldEntryKey, fieldEntryValue = func() (a, b, c, d, e protowire.Number) {
+		req := (&allocation.AllocationRequest{}).ProtoReflect().Descriptor().Fields()
+		ann := (&allocation.MetaPatch{}).ProtoReflect().Descriptor().Fields().ByName("annotations")
+		return req.ByName("metadata").Number(), req.ByName("metaPatch").Number(), ann.Number(),
+			ann.MapKey().Number(), ann.MapValue().Number()
+	}()
+)
+
+// appendKeySuffix appends the encoding of an AllocationRequest whose
+// metadata and metaPatch annotations hold only key: what MarshalVT writes
+// for it (a test holds them equal), without building the message.
+func appendKeySuffix(b []byte, key string) []byte {
+	entry := protowire.SizeTag(fieldEntryKey) + protowire.SizeBytes(len(allocationKeyAnnotation)) +
+		protowire.SizeTag(fieldEntryValue) + protowire.SizeBytes(len(key))
+	patch := protowire.SizeTag(fieldAnnotations) + protowire.SizeBytes(entry)
+	for _, f := range []protowire.Number{fieldMetaPatch, fieldMetadata} {
+		b = protowire.AppendTag(b, f, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(patch))
+		b = protowire.AppendTag(b, fieldAnnotations, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(entry))
+		b = protowire.AppendTag(b, fieldEntryKey, protowire.BytesType)
+		b = protowire.AppendString(b, allocationKeyAnnotation)
+		b = protowire.AppendTag(b, fieldEntryValue, protowire.BytesType)
+		b = protowire.AppendString(b, key)
 	}
-	data := make(mem.BufferSlice, 0, len(base)+1)
-	data = append(append(data, base...), mem.SliceBuffer(suffix))
-	return &encodedRequest{data: data}, nil
+	return b
 }

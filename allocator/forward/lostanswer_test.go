@@ -429,3 +429,31 @@ func TestCallerKeyForwarded(t *testing.T) {
 		t.Errorf("release naming a server and a key: %v, want InvalidArgument", err)
 	}
 }
+
+// A request refused before anything of it left (nothing listens at the
+// endpoint) is no lost answer: the forwarder moves on at once, and queues
+// nothing to release there.
+func TestRefusedIsNotLost(t *testing.T) {
+	pki := newTestPKI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	remote := newKeyedRemote("r")
+	f, reg := keyedForwarder(t, Options{Retries: -1}, pki.secret(t, "entry"), down, serveKeyed(t, pki, remote))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.ToFloat64(f.m.lost.WithLabelValues("c0")); n != 0 {
+		t.Errorf("%v answers counted lost at an endpoint nothing listens on", n)
+	}
+	if n := counterOf(t, reg, "qm_forward_reconciliations_total", "queued"); n != 0 {
+		t.Errorf("%v releases queued at an endpoint nothing listens on", n)
+	}
+}

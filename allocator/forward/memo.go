@@ -35,6 +35,9 @@ type memoEntry struct {
 // codec gives it to grpc-go.
 type encodedRequest struct {
 	data mem.BufferSlice
+	// encodings counts the calls grpc-go took the request's bytes for
+	// (codec.go). A call that did not take them cannot have sent them.
+	encodings atomic.Int32
 }
 
 func (m *Memo) get(identity, namespace string) *encodedRequest {

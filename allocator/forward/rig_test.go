@@ -130,6 +130,8 @@ type rigOptions struct {
 	clock      forward.Clock
 	tryTimeout time.Duration
 	breaker    forward.BreakerOptions
+	// reconcileBackoff: forward.Options.ReconcileBackoff.
+	reconcileBackoff time.Duration
 }
 
 func startAllocator(t testing.TB, p *rigPKI, name string, o rigOptions) *rigAllocator {
@@ -152,7 +154,7 @@ func startAllocator(t testing.TB, p *rigPKI, name string, o rigOptions) *rigAllo
 	}
 	a.fwd, err = forward.New(forward.Options{
 		Source: a.store, Self: name, Clock: o.clock, Logger: log, Registerer: a.reg,
-		TryTimeout: o.tryTimeout, Breaker: o.breaker,
+		TryTimeout: o.tryTimeout, Breaker: o.breaker, ReconcileBackoff: o.reconcileBackoff,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,98 @@
+package forward_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/forward"
+	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
+)
+
+// Three allocators on loopback mTLS: an entry forwarding first to a, over
+// a rig link that loses answers now and then (rig.FaultAnswerLost), and
+// then to b. After the run, and the entry's reconciliation, every server
+// Allocated at a is one that a answered for: none stays Allocated there
+// for a request b served.
+func TestLostAnswersLeaveNothingAllocated(t *testing.T) {
+	p := newRigPKI(t)
+	entry := startAllocator(t, p, "entry", rigOptions{fleets: fleetsA, reconcileBackoff: 50 * time.Millisecond,
+		breaker: forward.BreakerOptions{Failures: 2, OpenFor: 50 * time.Millisecond, MaxOpenFor: 200 * time.Millisecond}})
+	a := startAllocator(t, p, "a", rigOptions{fleets: fleetsC})
+	b := startAllocator(t, p, "b", rigOptions{fleets: fleetsC})
+	links := rig.NewProxies()
+	t.Cleanup(links.Close)
+	link, err := links.Add("entry", "a", 0, a.addr, rig.Link{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry.store.Replace(forward.NewSet(map[string][]core.Policy{"default": {
+		policy("to-a", "ab", 0, 1, "a", "", "fwd", link.Addr()),
+		policy("to-b", "ab", 1, 1, "b", "", "fwd", b.addr),
+	}}, []forward.Secret{p.secret(t, "fwd", "fwd-1")}))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dev := dial(t, p, entry.addr, "dev")
+
+	servedBy := map[string]map[string]bool{link.Addr(): {}, b.addr: {}}
+	const requests = 40
+	for i := range requests {
+		lose := i%5 == 2
+		if lose {
+			if err := link.Set(rig.FaultAnswerLost, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		resp, err := dev.Allocate(ctx, multiRequest("ab", nil))
+		if lose {
+			if err := link.Set(rig.FaultAnswerLost, false); err != nil {
+				t.Fatal(err)
+			}
+			// a back in service before the next fault, so that each
+			// fault meets a request on an open connection to it.
+			for entry.fwd.BreakerState(link.Addr()) != forward.Closed && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		served, ok := servedBy[resp.GetSource()]
+		if !ok {
+			t.Fatalf("request %d served by %q", i, resp.GetSource())
+		}
+		served[resp.GetGameServerName()] = true
+	}
+	lost := counter(t, entry.reg, "qm_forward_answers_lost_total", map[string]string{"cluster": "a"})
+	if lost == 0 || len(servedBy[b.addr]) == 0 {
+		t.Fatalf("%v answers lost, %d requests served by b: the fault did nothing", lost, len(servedBy[b.addr]))
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+	for counter(t, entry.reg, "qm_forward_reconciliations_pending", nil) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		r      *rigAllocator
+		served map[string]bool
+	}{{a, servedBy[link.Addr()]}, {b, servedBy[b.addr]}} {
+		held := c.r.backend.Allocated()
+		for _, gs := range held {
+			if !c.served[gs.Name] {
+				t.Errorf("%s: %s stays Allocated (key %q) for a request it did not answer", c.r.name, gs.Name, gs.Annotations[forward.AllocationKeyAnnotationForTest])
+			}
+		}
+		if len(held) != len(c.served) {
+			t.Errorf("%s: %d servers Allocated, %d requests answered by it", c.r.name, len(held), len(c.served))
+		}
+	}
+	released := counter(t, entry.reg, "qm_forward_reconciliations_total", map[string]string{"outcome": "released"})
+	queued := counter(t, entry.reg, "qm_forward_reconciliations_total", map[string]string{"outcome": "queued"})
+	if released == 0 || released > queued {
+		t.Errorf("reconciliations: %v queued, %v released", queued, released)
+	}
+	t.Logf("%d requests: %d answered by a, %d by b; %v answers lost; reconciliations %v queued, %v released, %v nothing there",
+		requests, len(servedBy[link.Addr()]), len(servedBy[b.addr]), lost, queued, released,
+		counter(t, entry.reg, "qm_forward_reconciliations_total", map[string]string{"outcome": "nothing_there"}))
+}
