@@ -2,61 +2,44 @@ package sim
 
 import (
 	"math"
-	"math/bits"
 	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// histogram records durations with a bounded relative error: exact below
-// 64 ns, then 64 linear buckets per power of two (under 1.6% error), in a
-// fixed array, so recording costs no allocation and the result does not
-// depend on the order of the values.
+// histogram records latencies as loadgen records measured ones: whole
+// microseconds, at least one, in an HdrHistogram from 1 µs with three
+// significant digits (loadgen.HistogramLowest and HistogramDigits), so that
+// simulated and live percentiles come from one estimator. Its range reaches
+// past the run's duration, where loadgen's stops at ten minutes: a simulated
+// latency is never clamped, and the range changes no estimate below it. The
+// mean is exact, as the live scenario runner's is.
 type histogram struct {
-	counts [64 + 58*64]uint64
-	n      uint64
-	sum    float64
-	max    int64
+	h   *hdrhistogram.Histogram
+	n   uint64
+	sum float64
 }
 
-func bucketOf(v int64) int {
-	if v < 64 {
-		return int(max(v, 0))
-	}
-	e := bits.Len64(uint64(v)) - 7 // v>>e is in [64, 128)
-	return 64 + e*64 + int(v>>e) - 64
+const (
+	histLowestMicros = 1
+	histDigits       = 3
+	// histMinHighest is loadgen.HistogramHighest: ten minutes in µs.
+	histMinHighest = int64(10 * time.Minute / time.Microsecond)
+)
+
+// newHistogram returns an empty histogram for the latencies of a run of
+// duration d.
+func newHistogram(d time.Duration) histogram {
+	highest := max(histMinHighest, (d + time.Hour).Microseconds())
+	return histogram{h: hdrhistogram.New(histLowestMicros, highest, histDigits)}
 }
 
-// bucketMid is the middle of a bucket's range.
-func bucketMid(i int) float64 {
-	if i < 64 {
-		return float64(i)
-	}
-	e := (i - 64) / 64
-	lo := int64(64+(i-64)%64) << e
-	return float64(lo) + float64(int64(1)<<e)/2 - 0.5
-}
-
+// add records a latency of v nanoseconds.
 func (h *histogram) add(v int64) {
-	h.counts[bucketOf(v)]++
+	us := min(max(v/int64(time.Microsecond), histLowestMicros), h.h.HighestTrackableValue())
+	_ = h.h.RecordValue(us) // in range by construction
 	h.n++
 	h.sum += float64(v)
-	h.max = max(h.max, v)
-}
-
-// quantile returns an estimate of the q-quantile in nanoseconds.
-func (h *histogram) quantile(q float64) float64 {
-	if h.n == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	rank = max(rank, 1)
-	var c uint64
-	for i, n := range h.counts {
-		c += n
-		if c >= rank {
-			return math.Min(bucketMid(i), float64(h.max))
-		}
-	}
-	return float64(h.max)
 }
 
 // Latency summarises a latency distribution, in milliseconds.
@@ -77,37 +60,43 @@ type Bucket struct {
 }
 
 func (h *histogram) summary() Latency {
-	ms := func(ns float64) float64 { return round4(ns / 1e6) }
-	l := Latency{Count: h.n, MaxMs: ms(float64(h.max))}
+	l := Latency{Count: h.n}
 	if h.n == 0 {
 		return l
 	}
-	l.MeanMs = ms(h.sum / float64(h.n))
-	l.P50Ms = ms(h.quantile(0.5))
-	l.P90Ms = ms(h.quantile(0.9))
-	l.P99Ms = ms(h.quantile(0.99))
-	l.P999Ms = ms(h.quantile(0.999))
+	ms := func(us int64) float64 { return round4(float64(us) / 1e3) }
+	l.MeanMs = round4(h.sum / float64(h.n) / 1e6)
+	l.P50Ms = ms(h.h.ValueAtPercentile(50))
+	l.P90Ms = ms(h.h.ValueAtPercentile(90))
+	l.P99Ms = ms(h.h.ValueAtPercentile(99))
+	l.P999Ms = ms(h.h.ValueAtPercentile(99.9))
+	l.MaxMs = ms(h.h.Max())
 	return l
 }
 
 // buckets returns the distribution coarsened to bounds doubling from 1 ms,
-// which is what a plot needs and keeps the JSON small.
+// which is what a plot needs and keeps the JSON small. A bar of the
+// histogram counts in the first bound at or above its lowest value (the
+// bounds fall on bar edges, so no bar straddles one).
 func (h *histogram) buckets() []Bucket {
 	if h.n == 0 {
 		return nil
 	}
 	var out []Bucket
-	bound := float64(time.Millisecond)
+	bound := int64(time.Millisecond / time.Microsecond)
 	var c uint64
-	for i, n := range h.counts {
-		for bucketMid(i) > bound {
-			out = append(out, Bucket{UpToMs: bound / 1e6, Count: c})
+	for _, bar := range h.h.Distribution() {
+		if bar.Count == 0 {
+			continue
+		}
+		for bar.From > bound {
+			out = append(out, Bucket{UpToMs: float64(bound) / 1e3, Count: c})
 			c = 0
 			bound *= 2
 		}
-		c += n
+		c += uint64(bar.Count)
 	}
-	out = append(out, Bucket{UpToMs: bound / 1e6, Count: c})
+	out = append(out, Bucket{UpToMs: float64(bound) / 1e3, Count: c})
 	// Drop empty buckets at the start; keep the rest so the bounds stay regular.
 	for len(out) > 1 && out[0].Count == 0 {
 		out = out[1:]

@@ -255,7 +255,7 @@ func Run(cfg *Config) (*Results, error) {
 var ErrStopped = errors.New("sim: run stopped before its end")
 
 func newWorld(cfg *Config) (*world, error) {
-	w := &world{cfg: cfg, end: int64(cfg.Duration), byName: map[string]int{}}
+	w := &world{cfg: cfg, end: int64(cfg.Duration), byName: map[string]int{}, lat: newHistogram(cfg.Duration)}
 	w.interval = int64(cfg.SampleInterval)
 	if w.interval <= 0 {
 		w.interval = max(int64(cfg.Duration)/240, int64(time.Second))
@@ -300,6 +300,7 @@ func (w *world) newCluster(i int, cfg *ClusterConfig) (*cluster, error) {
 		write:    newSampler(cfg.WriteLatency, streamSource(seed, p+"write")),
 		decision: newSampler(cfg.DecisionTime, streamSource(seed, p+"decision")),
 		pick:     rand.New(streamSource(seed, p+"replica")),
+		lat:      newHistogram(w.cfg.Duration),
 	}
 	cl.nodes = make([]node, cfg.Nodes)
 	cl.buckets = make([][]int32, cfg.SlotsPerNode)
