@@ -33,7 +33,7 @@ answers slowly. Every request, release and fault goes to DIR/history.jsonl
 as it happens; after the load and a settle period every GameServer object
 on every API server goes to DIR/snapshot.json, and the checker holds the
 two against the allocator's promises (soak/README.md). The table goes to
-stdout and DIR/result.md, the result to DIR/result.json (qm report DIR
+stdout and DIR/result.md, the result to DIR/result.json (qm report DIR/result.json
 draws it), the load engine's result to DIR/load.json.
 
 With --target the run drives allocators it does not own (Agones' own, or

@@ -99,8 +99,20 @@ func TestSoakUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"soak"}, 2, "qm soak: want a subcommand: check"},
 		{[]string{"soak", "run"}, 2, `unknown subcommand "run"`},
+		{[]string{"soak", "--duration", "0s"}, 2, "--duration must be positive"},
+		{[]string{"soak", "--rate", "-1"}, 2, "--rate must be positive"},
+		{[]string{"soak", "--examples", "0"}, 2, "--examples must be at least 1"},
+		{[]string{"soak", "--schedule", "no-such-schedule.yaml"}, 2, "--schedule: open no-such-schedule.yaml"},
+		{[]string{"soak", "--topology", "no-such-topology.yaml"}, 2, "--topology: open no-such-topology.yaml"},
+		{[]string{"soak", "--kubeconfig", "a=k"}, 2, "--kubeconfig is for --target runs"},
+		{[]string{"soak", "--identity", "me"}, 2, "--identity is for --target runs"},
+		{[]string{"soak", "--target", "a=h:1", "--topology", "t.yaml"}, 2, "--topology is for a rig; --target drives allocators running elsewhere"},
+		{[]string{"soak", "--target", "h:1", "--identity", "me", "--insecure"}, 2, `--target "h:1": want CLUSTER=HOST:PORT`},
+		{[]string{"soak", "--target", "a=h:1", "--kubeconfig", "k", "--identity", "me", "--insecure"}, 2, `--kubeconfig "k": want CLUSTER=FILE`},
+		{[]string{"soak", "--target", "a=h:1", "--insecure"}, 2, "--identity is needed with --target"},
+		{[]string{"soak", "--target", "a=h:1", "--identity", "me"}, 2, "--target needs credentials"},
+		{[]string{"soak", "--target", "a=h:1", "--identity", "me", "--insecure", "--policy-selector", "=x"}, 2, `--policy-selector "=x": want KEY=VALUE`},
 		{[]string{"soak", "check", "only-one"}, 2, "want two files, HISTORY and SNAPSHOT; got 1"},
 		{[]string{"soak", "check", "--window", "0s", "a", "b"}, 2, "--window must be positive"},
 		{[]string{"soak", "check", "--no-such-flag"}, 2, "Run 'qm soak check -h' for usage."},
@@ -111,9 +123,9 @@ func TestSoakUsage(t *testing.T) {
 			t.Errorf("qm %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.want)
 		}
 	}
-	for _, args := range [][]string{{"soak", "-h"}, {"soak", "check", "-h"}} {
-		if code, stdout, _ := runQM(args...); code != 0 || !strings.Contains(stdout, "usage: qm soak check") {
-			t.Errorf("qm %s: exit %d, stdout %q", strings.Join(args, " "), code, stdout)
+	for args, want := range map[string]string{"soak -h": "usage: qm soak [--duration 5m]", "soak check -h": "usage: qm soak check"} {
+		if code, stdout, _ := runQM(strings.Fields(args)...); code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("qm %s: exit %d, stdout %q", args, code, stdout)
 		}
 	}
 }
