@@ -78,6 +78,46 @@ func checkGroups(t *testing.T, ix *Index) {
 		if n != len(g.all) || members[g] != len(g.all) {
 			t.Errorf("group %+v: %d in node lists, %d in all, %d servers say they are in it", key, n, len(g.all), members[g])
 		}
+		checkGroupLinks(t, ix, g)
+	}
+	// A node out of the index (no server left on it) is in no group that
+	// is not ordered; an ordered group holds it only to drop it when it
+	// re-sorts it.
+	for key, g := range ix.groups {
+		for _, gn := range g.nodes {
+			if ix.nodes[gn.node.name] != gn.node && (!g.ordered || !gn.dirty || len(gn.members) > 0) {
+				t.Errorf("group %+v keeps node %s, which has no server in the index", key, gn.node.name)
+			}
+		}
+	}
+}
+
+// checkGroupLinks checks g's own links: its nodes know their places in it
+// and in their nodes' lists, and its other-state group (when it has one)
+// is the live group of its label and value in the other state, paired
+// back.
+func checkGroupLinks(t *testing.T, ix *Index, g *group) {
+	t.Helper()
+	if g.dropped {
+		t.Errorf("group %+v is in the index but dropped", g.key)
+	}
+	for i, gn := range g.nodes {
+		if gn.g != g || gn.groupPos != i {
+			t.Errorf("group %+v: node %s at %d says it is at %d of %+v", g.key, gn.node.name, i, gn.groupPos, gn.g.key)
+		}
+		if gn.nodePos >= len(gn.node.gns) || gn.node.gns[gn.nodePos] != gn {
+			t.Errorf("group %+v: node %s does not list the group at %d", g.key, gn.node.name, gn.nodePos)
+		}
+	}
+	if o := g.other; o != nil {
+		want := g.key
+		want.state = StateReady
+		if g.key.state == StateReady {
+			want.state = StateAllocated
+		}
+		if o.key != want || ix.groups[want] != o || o.other != g {
+			t.Errorf("group %+v: other-state group %+v (in the index: %v, paired back: %v)", g.key, o.key, ix.groups[want] == o, o.other == g)
+		}
 	}
 }
 

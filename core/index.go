@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -63,6 +64,9 @@ type Index struct {
 	entries map[Key]*entry
 	nodes   map[string]*nodeInfo
 	groups  map[groupKey]*group
+	// baseGroups is how many groups of groups have no label: while there
+	// are none, link does not look for one.
+	baseGroups int
 	// labelKeys are the label keys that have label groups; a server joining
 	// a state joins the groups of its values for these keys, so a tracked
 	// key's group that does not exist is one nobody is in. Only keys some
@@ -167,9 +171,21 @@ type nodeInfo struct {
 }
 
 type group struct {
-	key   groupKey
-	all   []*entry
-	nodes map[*nodeInfo]*groupNode
+	key groupKey
+	all []*entry
+	// nodes are the group's groupNodes, each at its groupPos. A group not
+	// ordered keeps a node whose last member left until the node leaves
+	// the index (releaseNode) or the group starts its order: servers come
+	// and go on the same nodes, and each return would otherwise make the
+	// groupNode anew.
+	nodes []*groupNode
+	// dropped says dropGroup took the group out of the index; other says
+	// which group has the same namespace and label but the other
+	// allocatable state, when link has seen both (nil once either is
+	// dropped). Together they let link find an updated server's groups
+	// from the ones it leaves, without hashing their keys.
+	dropped bool
+	other   *group
 	// ordered says the group keeps its nodes in Packed order. It starts
 	// false and turns true on the first Packed query; until then node
 	// count changes do not touch the group at all (a group served only
@@ -182,12 +198,13 @@ type group struct {
 
 // groupNode is one node's members within one group.
 type groupNode struct {
-	g       *group
-	node    *nodeInfo
-	members []member // sorted by name
-	dirty   bool
-	inOrder bool
-	nodePos int // position in node.gns
+	g        *group
+	node     *nodeInfo
+	members  []member // sorted by name
+	dirty    bool
+	inOrder  bool
+	nodePos  int // position in node.gns
+	groupPos int // position in g.nodes
 	// The key under which the node sits in g.order; refreshed only while
 	// the node is out of the order.
 	allocated, ready int
@@ -482,7 +499,7 @@ func (ix *Index) Abort(res *Result) {
 	}
 	e.held = false
 	ix.clearPending(e)
-	ix.link(e)
+	ix.link(e, nil)
 }
 
 func (ix *Index) commit(res *Result, committed *GameServer) {
@@ -551,7 +568,7 @@ func (ix *Index) upsert(gs *GameServer) {
 		e.in = e.inline[:0]
 		ix.entries[k] = e
 		ix.nsCount[k.Namespace]++
-		ix.place(e, gs, true)
+		ix.place(e, gs, true, nil)
 		return
 	}
 	ix.update(e, gs)
@@ -559,6 +576,13 @@ func (ix *Index) upsert(gs *GameServer) {
 
 // update replaces the server of an existing entry.
 func (ix *Index) update(e *entry, gs *GameServer) {
+	// The groups e is in, or was in when it was last unlinked (a held
+	// entry's, left when it was allocated): where link looks first for
+	// the groups of the new state. Stale ones are only hints.
+	var was [4]*group
+	for i, m := range e.in[:min(cap(e.in), len(was))] {
+		was[i] = m.g
+	}
 	ix.unlink(e)
 	ix.clearPending(e)
 	ix.count(e.node, e.gs.State, -1)
@@ -574,7 +598,7 @@ func (ix *Index) update(e *entry, gs *GameServer) {
 		ix.releaseNode(e.node)
 		e.node = nil
 	}
-	ix.place(e, gs, renamed)
+	ix.place(e, gs, renamed, was[:])
 	if e.held {
 		ix.markPending(e)
 	}
@@ -605,8 +629,9 @@ func (ix *Index) clearPending(e *entry) {
 }
 
 // place stores gs in e and files it by node, state and groups; countNames
-// says whether its label, counter and list names are new to the counts.
-func (ix *Index) place(e *entry, gs *GameServer, countNames bool) {
+// says whether its label, counter and list names are new to the counts,
+// was are groups to look for its own among first (see lookup).
+func (ix *Index) place(e *entry, gs *GameServer, countNames bool, was []*group) {
 	e.gs = gs
 	if e.node == nil {
 		e.node = ix.nodeFor(gs.NodeName)
@@ -617,7 +642,7 @@ func (ix *Index) place(e *entry, gs *GameServer, countNames bool) {
 		ix.countNames(gs, +1)
 	}
 	if !e.held {
-		ix.link(e)
+		ix.link(e, was)
 	}
 }
 
@@ -650,10 +675,15 @@ func moveCount[V any](counts map[string]int, names map[string]V, delta int) {
 	}
 }
 
-// sameKeys reports whether a and b have the same keys.
+// sameKeys reports whether a and b have the same keys. Servers of a fleet
+// often share one labels map (a backend's template, the simulator's fleet):
+// the same map has the same keys without a look at them.
 func sameKeys[V any](a, b map[string]V) bool {
 	if len(a) != len(b) {
 		return false
+	}
+	if len(a) == 0 || reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() {
+		return true
 	}
 	for k := range b {
 		if _, ok := a[k]; !ok {
@@ -676,8 +706,19 @@ func (ix *Index) nodeFor(name string) *nodeInfo {
 
 func (ix *Index) releaseNode(n *nodeInfo) {
 	n.servers--
-	if n.servers == 0 && ix.nodes[n.name] == n {
+	if n.servers != 0 {
+		return
+	}
+	if ix.nodes[n.name] == n {
 		delete(ix.nodes, n.name)
+	}
+	// With no server left the node is empty in every group. An ordered
+	// group drops it when it re-sorts it (it is dirty there); the others
+	// kept it for its servers' return, which will not come.
+	for i := len(n.gns) - 1; i >= 0; i-- {
+		if gn := n.gns[i]; !gn.g.ordered {
+			gn.g.dropNode(gn)
+		}
 	}
 }
 
@@ -738,14 +779,17 @@ func allocatable(st State) bool { return st == StateReady || st == StateAllocate
 
 // link puts an unheld entry into the groups its namespace, state and labels
 // call for. Groups of tracked label keys are created here, as their first
-// member arrives, so they always hold every candidate.
-func (ix *Index) link(e *entry) {
+// member arrives, so they always hold every candidate. was are groups to
+// look among before the index's map (see lookup); nil: none.
+func (ix *Index) link(e *entry, was []*group) {
 	gs := e.gs
 	if !allocatable(gs.State) {
 		return
 	}
-	if g := ix.groups[groupKey{namespace: gs.Namespace, state: gs.State}]; g != nil {
-		ix.join(e, g)
+	if ix.baseGroups > 0 {
+		if g := ix.lookup(groupKey{namespace: gs.Namespace, state: gs.State}, was); g != nil {
+			ix.join(e, g)
+		}
 	}
 	overflow := ""
 	for _, k := range ix.labelKeys {
@@ -754,7 +798,7 @@ func (ix *Index) link(e *entry) {
 			continue
 		}
 		key := groupKey{gs.Namespace, gs.State, k, v}
-		g := ix.groups[key]
+		g := ix.lookup(key, was)
 		if g == nil {
 			if ix.keyGroups[k] >= maxGroupsPerKey {
 				overflow = k
@@ -768,6 +812,39 @@ func (ix *Index) link(e *entry) {
 		ix.unindexed[overflow] = true
 		ix.untrack(overflow)
 	}
+}
+
+// lookup returns the group of key, or nil when there is none. It looks
+// first among was and their other-state groups: a server that changes
+// state moves between the two groups of each of its labels, and comparing
+// keys costs less than hashing one for the map. Any group of was that is
+// not dropped is the map's group of its key, so what lookup returns is
+// what the map holds. A map hit pairs the group with its other-state
+// group among was, for the next lookup.
+func (ix *Index) lookup(key groupKey, was []*group) *group {
+	for _, h := range was {
+		if h == nil {
+			continue
+		}
+		if h.key == key && !h.dropped {
+			return h
+		}
+		if o := h.other; o != nil && o.key == key {
+			return o
+		}
+	}
+	g := ix.groups[key]
+	if g == nil || g.other != nil {
+		return g
+	}
+	for _, h := range was {
+		if h != nil && !h.dropped && h.other == nil && h.key.state != key.state &&
+			h.key.namespace == key.namespace && h.key.label == key.label && h.key.value == key.value {
+			h.other, g.other = g, h
+			break
+		}
+	}
+	return g
 }
 
 // untrack stops keeping groups for label key k and drops the ones it has.
@@ -820,11 +897,13 @@ func (ix *Index) unlink(e *entry) {
 func (ix *Index) group(k groupKey) *group {
 	g := ix.groups[k]
 	if g == nil {
-		g = &group{key: k, nodes: map[*nodeInfo]*groupNode{}}
+		g = &group{key: k}
 		g.order.rnd = &ix.levels
 		ix.groups[k] = g
 		if k.label != "" {
 			ix.keyGroups[k.label]++
+		} else {
+			ix.baseGroups++
 		}
 	}
 	return g
@@ -842,12 +921,17 @@ func (ix *Index) dropGroup(g *group) {
 			delete(ix.keyGroups, g.key.label)
 		}
 	} else {
+		ix.baseGroups--
 		ix.endBaseBuild(g.key)
 	}
-	for _, gn := range g.nodes {
-		g.dropNode(gn)
+	g.dropped = true
+	if g.other != nil {
+		g.other.other, g.other = nil, nil
 	}
-	clear(g.nodes)
+	for len(g.nodes) > 0 {
+		g.dropNode(g.nodes[len(g.nodes)-1])
+	}
+	g.nodes = nil
 	clear(g.dirty)
 	g.dirty, g.prios = nil, nil
 }
@@ -861,8 +945,8 @@ func (ix *Index) join(e *entry, g *group) {
 		}
 	}
 	if gn == nil {
-		gn = &groupNode{g: g, node: e.node, nodePos: len(e.node.gns)}
-		g.nodes[e.node] = gn
+		gn = &groupNode{g: g, node: e.node, nodePos: len(e.node.gns), groupPos: len(g.nodes)}
+		g.nodes = append(g.nodes, gn)
 		e.node.gns = append(e.node.gns, gn)
 	}
 	name := e.gs.Name
@@ -906,8 +990,6 @@ func (ix *Index) leave(e *entry, m membership) {
 	}
 	if g.ordered {
 		gn.markDirty()
-	} else if len(gn.members) == 0 {
-		g.dropNode(gn)
 	}
 	last := len(g.all) - 1
 	moved := g.all[last]
@@ -970,7 +1052,10 @@ func (g *group) refresh(n int) bool {
 // refresh builds the order (in chunks, if the caller wants).
 func (g *group) startOrder() {
 	g.ordered = true
-	for _, gn := range g.nodes {
+	// Backwards: dropNode moves the last node into the dropped one's
+	// place, and that one has been looked at already.
+	for i := len(g.nodes) - 1; i >= 0; i-- {
+		gn := g.nodes[i]
 		if len(gn.members) == 0 {
 			g.dropNode(gn)
 			continue
@@ -980,9 +1065,13 @@ func (g *group) startOrder() {
 }
 
 func (g *group) dropNode(gn *groupNode) {
-	delete(g.nodes, gn.node)
+	last := len(g.nodes) - 1
+	g.nodes[gn.groupPos] = g.nodes[last]
+	g.nodes[gn.groupPos].groupPos = gn.groupPos
+	g.nodes[last] = nil
+	g.nodes = g.nodes[:last]
 	gns := gn.node.gns
-	last := len(gns) - 1
+	last = len(gns) - 1
 	gns[gn.nodePos] = gns[last]
 	gns[gn.nodePos].nodePos = gn.nodePos
 	gns[last] = nil

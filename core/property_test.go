@@ -292,11 +292,15 @@ func checkAgainstReference(t *testing.T, fleets int) {
 					ref.commit(h.res.GameServer.Key(), h.hold, h.res.GameServer)
 				}
 			}
+			if step%8 == 7 {
+				checkGroups(t, ix)
+			}
 		}
 		for _, h := range holds {
 			ix.Abort(h.res)
 			ref.abort(h.res.GameServer.Key(), h.hold)
 		}
+		checkGroups(t, ix)
 		if ix.Len() != len(ref.servers) {
 			t.Fatalf("fleet %d: index has %d servers, reference %d", f, ix.Len(), len(ref.servers))
 		}
