@@ -3,6 +3,7 @@ package rig
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ type Proxy struct {
 	dial    string // what the other end dials, when not addr (AddAt)
 	latency Link
 	faults  map[Fault]bool
+	toxics  map[string]string // in force, by name: what apply last made
 }
 
 // Proxies is the set of a rig's links, sharing one toxiproxy server.
@@ -206,12 +208,20 @@ func (l *Proxy) apply() error {
 		// reaches it, dropping the chunk.
 		want["answer_lost"] = `{"name":"answer_lost","type":"reset_peer","stream":"downstream","attributes":{"timeout":0}}`
 	}
+	if maps.Equal(want, l.toxics) {
+		// Nothing to change: a link going down or up keeps its toxics.
+		// (Removing a toxic waits for every connection's stream through
+		// it, which a reset_peer toxic can keep from ever finishing.)
+		return nil
+	}
 	// Replace the toxics wholesale: few, and changed rarely.
 	l.proxy.Toxics.ResetToxics(context.Background())
+	l.toxics = nil
 	for _, name := range sortedKeys(want) {
 		if _, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(want[name])); err != nil {
 			return fmt.Errorf("link %s: toxic %s: %w", l, name, err)
 		}
 	}
+	l.toxics = want
 	return nil
 }
