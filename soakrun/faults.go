@@ -20,12 +20,14 @@ import (
 
 var fleetGVR = schema.GroupVersionResource{Group: "agones.dev", Version: "v1", Resource: "fleets"}
 
-// lossyPeriod and lossyOn shape a lossy link: every period its
-// connections are reset for the first lossyOn of it, so some calls get
-// through and some do not.
+// lossyPeriod and lossyOn shape a lossy link: every period it goes down
+// for the first lossyOn of it (its connections closed, new ones
+// refused), so some calls get through and some do not. (A reset_peer
+// toxic switched on and off this often can hang toxiproxy's removal of
+// it on a busy connection.)
 const (
-	lossyPeriod = time.Second
-	lossyOn     = 300 * time.Millisecond
+	lossyPeriod = 2 * time.Second
+	lossyOn     = 500 * time.Millisecond
 )
 
 // injector applies the schedule's faults to what the run drives. rig is
@@ -41,9 +43,13 @@ type injector struct {
 	hist      *history
 	log       func(format string, args ...any)
 
+	// linkMu guards links, apart from mu: switching a link may be slow,
+	// and must not hold up the progress line or other faults' records.
+	linkMu sync.Mutex
+	links  map[linkFault]int // how many faults hold each link fault on
+
 	mu      sync.Mutex
-	links   map[linkFault]int // how many faults hold each link fault on
-	current map[int]string    // faults in force, for the progress line
+	current map[int]string // faults in force, for the progress line
 	seq     int
 	skipped map[string]string // kind -> why it was not injected
 	failed  []string
@@ -284,8 +290,8 @@ func (in *injector) linksOf(target string) ([]*rig.Proxy, error) {
 // setLinks switches a fault on or off on links, counting holders: two
 // faults that slow one link overlap without the first's end ending both.
 func (in *injector) setLinks(links []*rig.Proxy, f rig.Fault, on bool) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	in.linkMu.Lock()
+	defer in.linkMu.Unlock()
 	for _, l := range links {
 		k := linkFault{l, f}
 		if on {
@@ -318,16 +324,16 @@ func (in *injector) lossy(links []*rig.Proxy) func(context.Context) error {
 		var err error
 		defer func() { done <- err }()
 		for {
-			if err = in.setLinks(links, rig.FaultReset, true); err != nil {
+			if err = in.setLinks(links, rig.FaultDown, true); err != nil {
 				return
 			}
 			select {
 			case <-stop:
-				err = in.setLinks(links, rig.FaultReset, false)
+				err = in.setLinks(links, rig.FaultDown, false)
 				return
 			case <-time.After(lossyOn):
 			}
-			if err = in.setLinks(links, rig.FaultReset, false); err != nil {
+			if err = in.setLinks(links, rig.FaultDown, false); err != nil {
 				return
 			}
 			select {
