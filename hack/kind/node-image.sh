@@ -149,10 +149,16 @@ rm -f "$stage/etc/machine-id" "$stage/var/lib/dbus/machine-id"
 rm -rf "$stage/var/cache/apt/archives/"*.deb "$stage/var/lib/apt/lists/"*
 
 say "importing into Docker as $NODE_IMAGE"
+previous=$(docker image inspect --format '{{.Id}}' "$NODE_IMAGE" 2>/dev/null || true)
 tar -C "$stage" --numeric-owner -c . | docker import \
 	--change 'ENV container=docker' \
 	--change "LABEL $label=$key" \
 	--change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
 	- "$NODE_IMAGE" >/dev/null
 rm -rf "$WORK"
+# The image this one replaces has no name left: remove it, unless a
+# container (a node still up) uses it.
+if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect --format '{{.Id}}' "$NODE_IMAGE")" ]; then
+	docker image rm "$previous" >/dev/null 2>&1 || say "the image it replaces ($previous) is still in use; remove it later with docker image rm"
+fi
 say "$NODE_IMAGE built in $(( $(date +%s) - start ))s (inputs $key)"
