@@ -9,7 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
@@ -68,7 +70,38 @@ func (g *grpcAllocation) serve(ctx context.Context, r any) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return g.svc.serveAnswer(ctx, id, *r.(*request))
+	req := *r.(*request)
+	if k, ok := ctx.Value(keyHeaderContext{}).(string); ok {
+		req.headerKey = k
+	}
+	return g.svc.serveAnswer(ctx, id, req)
+}
+
+// keyHeaderContext is the context key under which keyHeaderTap leaves the
+// idempotency key's header.
+type keyHeaderContext struct{}
+
+// keyHeaderTap is Server's gRPC tap: it finds the idempotency key's header
+// (AllocationKeyHeader) in a stream's headers before the stream starts, a
+// lookup in the map the transport made (whose names HTTP/2 has in lower
+// case), so that a request without the header pays no copy of its
+// metadata (metadata.FromIncomingContext) nor a search through it
+// (metadata.ValueFromIncomingContext, when the name is missing). The first
+// value counts.
+func keyHeaderTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if v := info.Header[AllocationKeyHeader]; len(v) > 0 && v[0] != "" {
+		return context.WithValue(ctx, keyHeaderContext{}, v[0]), nil
+	}
+	return ctx, nil
+}
+
+// headerKey is the idempotency key's header in ctx's incoming metadata,
+// for a gRPC server of the caller's own (RegisterGRPC).
+func headerKey(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, AllocationKeyHeader); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // grpcAllocation is allocation.AllocationService, exactly Agones' API.
@@ -86,7 +119,7 @@ func (g *grpcAllocation) Allocate(ctx context.Context, in *allocation.Allocation
 	if err != nil {
 		return nil, err
 	}
-	return g.svc.Allocate(ctx, id, in)
+	return g.svc.serve(ctx, id, request{sent: in, headerKey: headerKey(ctx)})
 }
 
 // grpcAdmin is Quartermaster's own quartermaster.v1.AllocationAdmin.

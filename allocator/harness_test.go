@@ -142,6 +142,11 @@ type harnessOpts struct {
 	drain    time.Duration
 	pki      *pki
 	pprof    bool
+	// keyWindow and maxKeys are the service's Options.KeyWindow and
+	// MaxKeys; wrap, if set, wraps the memory backend the service uses.
+	keyWindow time.Duration
+	maxKeys   int
+	wrap      func(allocator.Backend) allocator.Backend
 }
 
 func startHarness(t testing.TB, o harnessOpts) *harness {
@@ -175,7 +180,14 @@ func startHarness(t testing.TB, o harnessOpts) *harness {
 	if err := m.Register(h.reg); err != nil {
 		t.Fatal(err)
 	}
-	h.svc, err = allocator.NewService(allocator.Options{Backend: h.backend, Limits: limits, Logger: log, Metrics: m, Now: o.now, Seed: 7})
+	var backend allocator.Backend = h.backend
+	if o.wrap != nil {
+		backend = o.wrap(backend)
+	}
+	h.svc, err = allocator.NewService(allocator.Options{
+		Backend: backend, Limits: limits, Logger: log, Metrics: m, Now: o.now, Seed: 7,
+		KeyWindow: o.keyWindow, MaxKeys: o.maxKeys,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

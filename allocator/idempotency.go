@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -90,6 +91,8 @@ type keyTable struct {
 	head, tail *keyEntry // oldest, newest
 	// evicted counts entries forgotten because the table was full.
 	evicted func()
+	// waits counts requests that waited for a pending entry (tests).
+	waits atomic.Int64
 }
 
 func newKeyTable(window time.Duration, max int, evicted func()) *keyTable {

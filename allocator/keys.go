@@ -2,16 +2,158 @@ package allocator
 
 import (
 	"context"
+	"maps"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
-// The service's side of idempotency keys: a key's allocation and its
-// release. The table of keys is idempotency.go's.
+// The service's side of idempotency keys: where a request's key is read,
+// a key's allocation, and its release. The table of keys is
+// idempotency.go's.
+
+// keyIntake reads req's idempotency key, the one place it is read: the
+// annotation in its metadata, or header (the AllocationKeyHeader's value,
+// "" for none), which it puts into the annotations so that the key lands
+// on the allocated server either way. Both, with different keys, are
+// refused: a client that sets two keys has a bug, and neither guess would
+// be safe. It returns the key ("" for none) and whether req's annotations
+// are its own (own says whether they were).
+func keyIntake(req *core.Request, header string, own bool) (key string, _ bool, _ error) {
+	ann := req.Metadata.Annotations
+	if len(ann) > 0 {
+		key = ann[AllocationKeyAnnotation]
+	}
+	if header != "" {
+		switch {
+		case key == "":
+			m := make(map[string]string, len(ann)+2) // and the owner's
+			maps.Copy(m, ann)
+			m[AllocationKeyAnnotation] = header
+			req.Metadata.Annotations, own, key = m, true, header
+		case key != header:
+			return "", own, status.Errorf(codes.InvalidArgument,
+				"two idempotency keys: annotation %s is %s, header %s is %s: send the key one way, or the same key both ways",
+				AllocationKeyAnnotation, quoteKey(key), AllocationKeyHeader, quoteKey(header))
+		}
+	}
+	if key == "" {
+		return "", own, nil
+	}
+	return key, own, checkKey(key)
+}
+
+// withKeyAnnotation is in with key among its metadata's annotations, a copy.
+func withKeyAnnotation(in *allocation.AllocationRequest, key string) *allocation.AllocationRequest {
+	out := proto.Clone(in).(*allocation.AllocationRequest)
+	if out.Metadata == nil {
+		out.Metadata = &allocation.MetaPatch{}
+	}
+	if out.Metadata.Annotations == nil {
+		out.Metadata.Annotations = map[string]string{}
+	}
+	out.Metadata.Annotations[AllocationKeyAnnotation] = key
+	return out
+}
+
+// allocateKeyed is step 4: req (of fingerprint fp) carries key, and is
+// allocated at most once per key and caller while the key is remembered.
+// The first request with the key allocates (steps 5 and 6); one arriving
+// meanwhile waits for it and gets its answer; one arriving later gets the
+// allocation as it stands now, or a refusal when it was released. A key
+// first used with another request is refused.
+func (s *Service) allocateKeyed(ctx context.Context, identity string, r request, req *core.Request, key, fp string, limits *limiter, o outcome) outcome {
+	s.metrics.Keys.Inc()
+	o.key = key
+	scope := KeyScope(identity, key)
+	for {
+		e, leader := s.keys.claim(scope, fp, s.now())
+		if leader {
+			return s.allocateFirst(ctx, identity, r, req, limits, o, e)
+		}
+		if e.fingerprint != "" && e.fingerprint != fp {
+			s.metrics.KeyConflicts.Inc()
+			o.err = keyConflictError(key)
+			return o
+		}
+		s.keys.waits.Add(1)
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			o.err = contextStatus(ctx.Err())
+			return o
+		}
+		switch v := s.keys.view(e); {
+		case v.state == keyReleased:
+			s.metrics.KeyReleased.Inc()
+			o.err = keyReleasedError(key)
+			return o
+		case v.state == keyAllocated:
+			return s.replay(identity, key, scope, v, o)
+		case !v.retry:
+			// The first request's failure is this one's answer too.
+			o.err = v.err
+			return o
+		}
+		// The first request's caller went away before it was
+		// allocated: this one tries itself.
+	}
+}
+
+// allocateFirst allocates the first request with a key, whose entry e it
+// settles: with the allocation, or as failed (the entry goes, and a retry
+// tries afresh).
+func (s *Service) allocateFirst(ctx context.Context, identity string, r request, req *core.Request, limits *limiter, o outcome, e *keyEntry) outcome {
+	settled := false
+	defer func() {
+		if !settled {
+			// A panic on the way: waiters try themselves.
+			s.keys.failed(e, status.Error(codes.Internal, "internal error"), true)
+		}
+	}()
+	o = s.dispatch(ctx, identity, r, req, limits, o)
+	switch {
+	case o.err != nil:
+		s.keys.failed(e, o.err, ctx.Err() != nil)
+	case o.gs != nil:
+		s.keys.allocated(e, o.gs.Key(), nil, s.now())
+	default:
+		s.keys.allocated(e, core.Key{}, o.resp, s.now())
+	}
+	settled = true
+	if o.replayed {
+		// The backend knew the key (another replica's allocation).
+		s.metrics.KeyReplays.Inc()
+	}
+	return o
+}
+
+// replay answers a request whose key's allocation v was made before: the
+// server as it is now, if the allocation stands; a forwarded request's
+// answer as the other cluster gave it.
+func (s *Service) replay(identity, key, scope string, v keyView, o outcome) outcome {
+	if v.resp != nil {
+		s.metrics.KeyReplays.Inc()
+		o.resp, o.replayed = v.resp, true
+		o.fleet = v.resp.GetMetadata().GetLabels()[core.FleetLabel]
+		return o
+	}
+	gs := s.keyServer(identity, key, v.server)
+	if gs == nil {
+		s.keys.released(scope, s.now())
+		s.metrics.KeyReleased.Inc()
+		o.err = keyReleasedError(key)
+		return o
+	}
+	s.metrics.KeyReplays.Inc()
+	o.gs, o.fleet, o.replayed = gs, gs.Labels[core.FleetLabel], true
+	return o
+}
 
 // releaseByKey gives back the allocation identity made with
 // in.AllocationKey in in.Namespace. The key is released from then on,

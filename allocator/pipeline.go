@@ -21,14 +21,20 @@ import (
 //     codec.go, or the REST handler, rest.go); the gRPC front end also
 //     finds the prepared request of bytes it has seen before (prepared.go).
 //     After decoding, a request has one form (see request).
-//  2. identify: the front end names the caller from its certificate.
+//  2. identify: the front end names the caller from its certificate, and
+//     reads the idempotency key's header (AllocationKeyHeader), if any.
 //  3. normalize, once: the request in the core's form for this caller
-//     (its owner annotation, the re-allocation restriction) and checked.
-//  4. admit: the caller's limits (namespace, rate, allocations held).
-//  5. allocate here (allocateHere) or forward across clusters (forward,
+//     (its owner annotation, the re-allocation restriction, its
+//     idempotency key: keyIntake) and checked.
+//  4. a request with an idempotency key is allocated once per key and
+//     caller (allocateKeyed, keys.go): a key seen before is answered with
+//     its allocation as it stands, and goes no further.
+//  5. admit: the caller's limits (namespace, rate, allocations held).
+//  6. allocate here (allocateHere) or forward across clusters (forward,
 //     whose local entries come back to allocateHere with the request
-//     normalized in step 3).
-//  6. encode: the answer is an AllocationResponse (wire.ResponseFromCore);
+//     normalized in step 3). An allocation without a key that committed
+//     after its caller went away is given back (giveBack).
+//  7. encode: the answer is an AllocationResponse (wire.ResponseFromCore);
 //     the front end writes it (the gRPC codec in protobuf, straight from
 //     the server for an allocation made here; the REST handler in JSON).
 //
@@ -49,6 +55,9 @@ type request struct {
 	prep    *preparedRequest
 	// sel is conv.Selectors' storage for the usual one selector.
 	sel [1]core.Selector
+	// headerKey is the idempotency key the request's header carried
+	// (AllocationKeyHeader); keyIntake puts it into the annotations.
+	headerKey string
 }
 
 // namespace is the namespace as sent.
@@ -97,6 +106,10 @@ type outcome struct {
 	gs      *core.GameServer
 	retries int
 	err     error // a gRPC status error
+	// key is the request's idempotency key, "" for none; replayed says
+	// the answer is the key's allocation made before.
+	key      string
+	replayed bool
 }
 
 // response is the answer as an AllocationResponse, made from the server
@@ -152,7 +165,7 @@ func (s *Service) serveOutcome(ctx context.Context, identity string, r request) 
 	return o
 }
 
-// allocate is steps 3 to 5.
+// allocate is steps 3 to 6.
 func (s *Service) allocate(ctx context.Context, identity string, r request) outcome {
 	o := outcome{ns: r.namespace()}
 	if o.ns == "" {
@@ -170,11 +183,19 @@ func (s *Service) allocate(ctx context.Context, identity string, r request) outc
 		}
 	}
 	limits := s.limits.Load()
-	req, err := s.normalize(identity, o.ns, r, limits)
+	req, key, fp, err := s.normalize(identity, o.ns, r, limits)
 	if err != nil {
 		o.err = err
 		return o
 	}
+	if key != "" {
+		return s.allocateKeyed(ctx, identity, r, req, key, fp, limits, o)
+	}
+	return s.dispatch(ctx, identity, r, req, limits, o)
+}
+
+// dispatch is steps 5 and 6: req allocated here, or forwarded.
+func (s *Service) dispatch(ctx context.Context, identity string, r request, req *core.Request, limits *limiter, o outcome) outcome {
 	if req.MultiCluster.Enabled {
 		return s.forward(ctx, identity, r, req, limits, o)
 	}
@@ -182,19 +203,26 @@ func (s *Service) allocate(ctx context.Context, identity string, r request) outc
 }
 
 // normalize is step 3: the request in the core's form for identity under
-// limits, checked. A prepared request keeps the result for the next call
-// of the same caller under the same limits.
-func (s *Service) normalize(identity, ns string, r request, limits *limiter) (*core.Request, error) {
-	if r.prep != nil {
-		if req := r.prep.normalized(identity, limits); req != nil {
-			return req, nil
+// limits, checked, with its idempotency key ("" for none) and, for a key,
+// the request's KeyFingerprint. A prepared request keeps the result for
+// the next call of the same caller under the same limits (one whose key
+// came in a header is not the prepared request's bytes alone: it is
+// neither kept nor taken from there).
+func (s *Service) normalize(identity, ns string, r request, limits *limiter) (_ *core.Request, key, fp string, _ error) {
+	prepared := r.prep != nil && r.headerKey == ""
+	if prepared {
+		if n := r.prep.normalized(identity, limits); n != nil {
+			return n.req, n.key, n.fingerprint, nil
 		}
 	}
 	req, own, err := r.coreForm()
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, "", "", status.Error(codes.InvalidArgument, err.Error())
 	}
 	req.Namespace = ns
+	if key, own, err = keyIntake(&req, r.headerKey, own); err != nil {
+		return nil, "", "", err
+	}
 	// Re-allocating a live server (selector state Allocated) would make
 	// the caller its owner: a non-admin may only re-allocate its own.
 	if !limits.isAdmin(identity) {
@@ -202,12 +230,17 @@ func (s *Service) normalize(identity, ns string, r request, limits *limiter) (*c
 	}
 	norm, err := s.owned(&req, identity, own)
 	if err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
-	if r.prep != nil {
-		r.prep.keep(identity, limits, norm)
+	if key != "" {
+		if fp, err = KeyFingerprint(norm); err != nil {
+			return nil, "", "", status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
-	return norm, nil
+	if prepared {
+		r.prep.keep(identity, limits, norm, key, fp)
+	}
+	return norm, key, fp, nil
 }
 
 // owned normalizes req with identity's ownership on what it allocates: the
@@ -231,6 +264,9 @@ func (s *Service) reallocationOnly(identity, ns string, r request) (_ *core.Requ
 	if err != nil || !keepReallocations(&req) {
 		return nil, false
 	}
+	if _, own, err = keyIntake(&req, r.headerKey, own); err != nil {
+		return nil, false
+	}
 	req.Namespace = ns
 	req.MultiCluster.Enabled = false
 	ownedOnly(&req, identity)
@@ -238,9 +274,10 @@ func (s *Service) reallocationOnly(identity, ns string, r request) (_ *core.Requ
 	return norm, err == nil
 }
 
-// allocateHere is steps 4 and 5 in this cluster: req is r normalized for
+// allocateHere is steps 5 and 6 in this cluster: req is r normalized for
 // the caller, in namespace o.ns.
 func (s *Service) allocateHere(ctx context.Context, identity string, r request, req *core.Request, limits *limiter, o outcome) outcome {
+	caller := ctx
 	h, err := limits.admit(identity, o.ns, s.now(), s.backend)
 	var atLimit *limitError
 	if le := (*limitError)(nil); err != nil && errors.As(err, &le) && le.reason == "max_allocations" {
@@ -271,12 +308,36 @@ func (s *Service) allocateHere(ctx context.Context, identity string, r request, 
 		o.err = status.Error(codes.ResourceExhausted, atLimit.msg)
 	case err != nil:
 		o.err = s.allocateStatus(err, req)
+	case caller.Err() != nil && o.key == "":
+		// The caller went away while the allocation committed: nobody
+		// knows of it. With a key it stays, for the caller's retry.
+		s.giveBack(caller, a.GameServer)
+		o.err = contextStatus(caller.Err())
 	default:
 		o.fleet = a.GameServer.Labels[core.FleetLabel]
 		o.gs = a.GameServer
+		o.replayed = a.Replayed
 	}
 	return o
 }
+
+// giveBack releases gs, allocated for a caller that has gone, on a context
+// of its own (the caller's has ended), and counts it.
+func (s *Service) giveBack(caller context.Context, gs *core.GameServer) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(caller), giveBackTimeout)
+	defer cancel()
+	if _, err := s.backend.Release(ctx, gs.Key(), gs.LastAllocated()); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "could not give back an allocation whose caller went away",
+			slog.String("namespace", gs.Namespace),
+			slog.String("gameServer", gs.Name),
+			slog.String("reason", err.Error()))
+		return
+	}
+	s.metrics.AbandonedGiven.Inc()
+}
+
+// giveBackTimeout bounds giveBack's Release.
+const giveBackTimeout = 5 * time.Second
 
 // refusal is the status of a request the limits refused.
 func (s *Service) refusal(err error) error {
@@ -314,22 +375,30 @@ func (s *Service) forward(ctx context.Context, identity string, r request, req *
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
+	// here is the answer of the local entry that allocated, if one did.
+	var here outcome
 	local := func(ctx context.Context, entry *allocation.AllocationRequest) (*allocation.AllocationResponse, error) {
-		here := *req
-		here.Namespace = entry.GetNamespace()
-		here.MultiCluster.Enabled = false
-		l := s.allocateHere(ctx, identity, r, &here, limits, outcome{ns: here.Namespace})
+		in := *req
+		in.Namespace = entry.GetNamespace()
+		in.MultiCluster.Enabled = false
+		l := s.allocateHere(ctx, identity, r, &in, limits, outcome{ns: in.Namespace, key: o.key})
 		o.retries += l.retries
 		if l.err == nil {
 			o.fleet = l.fleet
+			here = l
 		}
 		return l.response(), l.err
 	}
+	sent := r.sent
 	var memo *forward.Memo
 	if r.prep != nil {
 		memo = &r.prep.memo
 	}
-	resp, err := s.multi.AllocateFor(ctx, identity, r.sent, memo, s.seed(), local)
+	if r.headerKey != "" {
+		// The key travels in the request's annotations.
+		sent, memo = withKeyAnnotation(sent, r.headerKey), nil
+	}
+	resp, err := s.multi.AllocateFor(ctx, identity, sent, memo, s.seed(), local)
 	if err != nil {
 		o.fleet, o.err = "", err
 		return o
@@ -338,6 +407,9 @@ func (s *Service) forward(ctx context.Context, identity string, r request, req *
 		o.fleet = resp.GetMetadata().GetLabels()[core.FleetLabel]
 	}
 	o.resp = resp
+	if here.gs != nil && here.resp == resp {
+		o.gs, o.replayed = here.gs, here.replayed
+	}
 	return o
 }
 
@@ -432,6 +504,13 @@ func (s *Service) allocateStatus(err error, r *core.Request) error {
 			err, len(r.Selectors), r.Namespace)
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.As(err, new(*KeyConflictError)):
+		s.metrics.KeyConflicts.Inc()
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrKeyReleased):
+		s.metrics.KeyReleased.Inc()
+		key, _ := KeyOf(r)
+		return keyReleasedError(key)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return contextStatus(err)
 	}

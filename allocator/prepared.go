@@ -48,20 +48,24 @@ type normalizedRequest struct {
 	identity string
 	limits   *limiter
 	req      *core.Request
+	// key is req's idempotency key ("" for none), fingerprint its
+	// KeyFingerprint.
+	key, fingerprint string
 }
 
 // normalized returns the request normalized for identity under limits, if
 // that is the one kept.
-func (p *preparedRequest) normalized(identity string, limits *limiter) *core.Request {
+func (p *preparedRequest) normalized(identity string, limits *limiter) *normalizedRequest {
 	if n := p.norm.Load(); n != nil && n.identity == identity && n.limits == limits {
-		return n.req
+		return n
 	}
 	return nil
 }
 
-// keep remembers req as the request normalized for identity under limits.
-func (p *preparedRequest) keep(identity string, limits *limiter, req *core.Request) {
-	p.norm.Store(&normalizedRequest{identity: identity, limits: limits, req: req})
+// keep remembers req, with its key and fingerprint, as the request
+// normalized for identity under limits.
+func (p *preparedRequest) keep(identity string, limits *limiter, req *core.Request, key, fingerprint string) {
+	p.norm.Store(&normalizedRequest{identity: identity, limits: limits, req: req, key: key, fingerprint: fingerprint})
 }
 
 // requestCache maps a request's bytes to its preparedRequest.

@@ -119,7 +119,11 @@ func (h *restHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, h.svc.refuse(ctx, id, status.Error(codes.InvalidArgument, err.Error())))
 			return
 		}
-		resp, err = h.svc.Allocate(ctx, id, in)
+		var key string
+		if v := r.Header[keyHeaderName]; len(v) > 0 {
+			key = v[0]
+		}
+		resp, err = h.svc.serve(ctx, id, request{sent: in, headerKey: key})
 		if err != nil {
 			writeError(w, err)
 			return
@@ -175,6 +179,9 @@ func (h *restHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
 }
+
+// keyHeaderName is AllocationKeyHeader as net/http keeps header names.
+var keyHeaderName = http.CanonicalHeaderKey(AllocationKeyHeader)
 
 func decodeBody(body []byte, m proto.Message) error {
 	if len(body) == 0 {

@@ -50,6 +50,7 @@ The request comes from the flags, or from --request FILE (JSON, as for REST;
   qm allocate --rest --namespace ranked --selector region=eu --label match=42
   qm allocate --selector mode=lobby --state Allocated --selector mode=lobby
   qm allocate --multicluster --policy-selector route=burst
+  qm allocate --selector mode=lobby --allocation-key match-42   # retry safely: same key, same server
 
 Credentials as in Agones' client example (--cert, --key, --cacert), or a
 directory made by 'qm serve'/'qm certs' with --certs-dir and --identity.
@@ -267,6 +268,7 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	multiCluster := fs.Bool("multicluster", false, "set multiClusterSetting.enabled: the allocator tries the clusters of its GameServerAllocationPolicies")
 	var policySelector multiFlag
 	fs.Var(&policySelector, "policy-selector", "multiClusterSetting.policySelector matchLabels as key=value[,key=value...] (repeatable; implies --multicluster)")
+	allocationKey := fs.String("allocation-key", "", "idempotency key: sent again, the same key is the same allocation (the "+allocator.AllocationKeyAnnotation+" annotation; works with --request too)")
 	usage, ok, err := parseFlags("allocate", allocateUsage, fs, args, stdout, stderr)
 	if !ok {
 		return err
@@ -301,6 +303,16 @@ func runAllocate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return usageFail(stderr, "allocate", usage, "%v", err)
 		}
+	}
+
+	if *allocationKey != "" {
+		if req.Metadata == nil {
+			req.Metadata = &allocation.MetaPatch{}
+		}
+		if req.Metadata.Annotations == nil {
+			req.Metadata.Annotations = map[string]string{}
+		}
+		req.Metadata.Annotations[allocator.AllocationKeyAnnotation] = *allocationKey
 	}
 
 	if *multiCluster || len(policySelector) > 0 {

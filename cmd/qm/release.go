@@ -52,14 +52,15 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	c.register(fs)
 	in := &qmv1.ReleaseRequest{}
 	fs.StringVar(&in.Namespace, "namespace", "", "the game server's namespace (default: \"default\")")
-	fs.StringVar(&in.GameServerName, "name", "", "the game server to give back (required)")
+	fs.StringVar(&in.GameServerName, "name", "", "the game server to give back (this or --allocation-key)")
+	fs.StringVar(&in.AllocationKey, "allocation-key", "", "instead of --name: the allocation you made with this idempotency key")
 	fs.StringVar(&in.Source, "source", "", "the allocation's \"source\" when a multi-cluster request was forwarded: the allocator you call passes the Release on to that one")
-	usage, ok, err := parseFlags("release", "usage: qm release --name GAMESERVER [flags]\n\nGives an allocation back: the game server is shut down and replaced.\n\nflags:\n", fs, args, stdout, stderr)
+	usage, ok, err := parseFlags("release", "usage: qm release --name GAMESERVER | --allocation-key KEY [flags]\n\nGives an allocation back: the game server is shut down and replaced.\n\nflags:\n", fs, args, stdout, stderr)
 	if !ok {
 		return err
 	}
-	if in.GameServerName == "" {
-		return usageFail(stderr, "release", usage, "--name is required")
+	if (in.GameServerName == "") == (in.AllocationKey == "") {
+		return usageFail(stderr, "release", usage, "give one of --name and --allocation-key")
 	}
 	out := &qmv1.ReleaseResponse{}
 	if err := adminCall(ctx, &c, allocator.ReleasePath, in, out, func(ctx context.Context, cl qmv1.AllocationAdminClient) (proto.Message, error) {

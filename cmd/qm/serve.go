@@ -59,6 +59,8 @@ var devIdentities = []string{"dev", "alice", "bob"}
 
 type serveFlags struct {
 	addr, restAddr, httpAddr string
+	keyWindow                time.Duration
+	maxKeys                  int
 	tlsDir, clientCADir      string
 	stateDir                 string
 	hosts                    string
@@ -125,6 +127,8 @@ func serveFlagSet(f *serveFlags) *flag.FlagSet {
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long after /ready turns false")
 	fs.DurationVar(&f.shutdownWait, "shutdown-timeout", allocator.DefaultShutdownTimeout, "on SIGTERM, longest wait for requests in flight")
 	fs.DurationVar(&f.timeout, "timeout", allocator.DefaultTimeout, "bound on a request whose caller set no deadline")
+	fs.DurationVar(&f.keyWindow, "allocation-key-window", allocator.DefaultKeyWindow, "how long an idempotency key is remembered after its allocation or release")
+	fs.IntVar(&f.maxKeys, "allocation-key-max", allocator.DefaultMaxKeys, "most idempotency keys remembered; past it the oldest are forgotten")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go profiles (CPU, heap, mutex, block) under /debug/pprof/ on --http-addr, for go tool pprof")
 	fs.IntVar(&f.maxRequestBytes, "max-request-bytes", allocator.DefaultMaxRequestBytes, "largest request message or body")
 	fs.UintVar(&f.maxStreams, "max-concurrent-streams", allocator.DefaultMaxConcurrentStreams, "most requests in flight on one connection")
@@ -151,6 +155,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	floor, err := parseByteSize(f.gcHeapFloor)
 	if err != nil {
 		return usageFail(stderr, "serve", usage, "--gc-heap-floor: %v", err)
+	}
+	if f.keyWindow <= 0 || f.maxKeys <= 0 {
+		return usageFail(stderr, "serve", usage, "--allocation-key-window and --allocation-key-max must be positive")
 	}
 	if f.maxStreams > 1<<31 || f.maxRequestBytes <= 0 {
 		return usageFail(stderr, "serve", usage, "--max-concurrent-streams and --max-request-bytes must be positive and sensible")
@@ -212,6 +219,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 		Backend: be.backend, Limits: files.limits, Logger: log, Metrics: metrics,
 		Seed: seed, UnallocatedCode: unallocated, Timeout: f.timeout,
 		MultiCluster: multiClusterOf(fwd), Templates: files.templates,
+		KeyWindow: f.keyWindow, MaxKeys: f.maxKeys,
 	})
 	if err != nil {
 		return err
