@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
+
+	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 	"github.com/quartermaster-dev/quartermaster/soak"
@@ -230,6 +233,78 @@ func TestOverlappingLinkFaultsCount(t *testing.T) {
 		}
 		if slow() != step.want {
 			t.Fatalf("after set %v: slow %v, want %v", step.on, slow(), step.want)
+		}
+	}
+}
+
+// TestTargetSoak drives an allocator the run does not own: a rig's
+// allocator, reached only by its address, credentials and kubeconfig, as
+// Agones' would be. The fault that needs only the API server is injected,
+// the one that needs the rig skipped with a note, every promise holds,
+// and what the run kept to the end is given back afterwards.
+func TestTargetSoak(t *testing.T) {
+	qm, binDir := rigForTest(t)
+	top, err := rig.Load("testdata/target-topology.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rig.Up(context.Background(), top, rig.Options{Dir: filepath.Join(t.TempDir(), "rig"), QM: qm, BinDir: binDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	sched, err := soak.LoadSchedule("testdata/target.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := r.CallerCerts()
+	tlsCfg, err := mtls.ClientConfig(mtls.ClientFiles{CertFile: l.ClientCert(rig.CallerIdentity), KeyFile: l.ClientKey(rig.CallerIdentity), CAFile: l.CACert()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []Target
+	for _, a := range r.CallerAddrs("solo") {
+		targets = append(targets, Target{Cluster: "solo", Addr: a})
+	}
+	out := t.TempDir()
+	res, err := Run(context.Background(), Options{
+		Duration: 20 * time.Second, Schedule: sched, Out: out, Rate: 10,
+		Targets: targets, TLS: tlsCfg, Caller: rig.CallerIdentity,
+		Kubeconfigs: map[string]string{"solo": r.Cluster("solo").Kube.KubeconfigPath()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	if err := res.Result.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("result:\n%s", table.String())
+	if n := res.Result.Violations(); n > 0 {
+		t.Errorf("%d violations (files in %s)", n, out)
+	}
+	if res.Injected[soak.FaultFleetScale] != 1 || res.Injected[soak.FaultLinkCut] != 0 {
+		t.Errorf("injected %v; want the fleet scaled once and no link cut", res.Injected)
+	}
+	if why := res.Skipped[soak.FaultLinkCut]; !strings.Contains(why, "needs the rig") {
+		t.Errorf("link-cut skipped because %q; want a note that it needs the rig", why)
+	}
+	if res.Result.OK < 100 || res.Result.Live == 0 || len(res.Result.Unread) > 0 {
+		t.Errorf("%d OK, %d held at the end, unread %v", res.Result.OK, res.Result.Live, res.Result.Unread)
+	}
+	if res.GiveBack != nil {
+		t.Errorf("giving back: %v", res.GiveBack)
+	}
+	// The servers held to the end were given back: none is Allocated now
+	// (a released server goes to Shutdown, and the fleet agent replaces it).
+	dc, err := dynamic.NewForConfig(r.Cluster("solo").Kube.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := takeSnapshot(context.Background(), []string{"solo"}, map[string]dynamic.Interface{"solo": dc}, "default")
+	for _, gs := range snap.GameServers {
+		if gs.State == soak.StateAllocated {
+			t.Errorf("%s is still Allocated after the run gave back what it kept", gs.Name)
 		}
 	}
 }
