@@ -78,9 +78,6 @@ const (
 	DefaultMaxConflictRetries = 8
 	DefaultStaleRetries       = 3
 	DefaultStaleWait          = 10 * time.Millisecond
-	// commitTimeout bounds one allocation's write once sent; the caller's
-	// context does not (Commit).
-	commitTimeout = 30 * time.Second
 )
 
 // Backend allocates Agones GameServers in a Kubernetes cluster. It
@@ -386,10 +383,11 @@ func (b *Backend) Commit(ctx context.Context, res *core.Result) (*core.GameServe
 	// The write is not cancelled with its caller: a cancelled request may
 	// still be applied by the API server, and then nobody would know the
 	// server is Allocated. Carried to its end, its answer tells the service,
-	// which gives back what a caller who went away cannot use.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	updated, err := b.put(wctx, k, obj)
+	// which gives back what a caller who went away cannot use. The API
+	// server's own request timeout bounds it, and client-go's connection
+	// health checks a connection that stopped answering; a timer of our
+	// own would cost every allocation.
+	updated, err := b.put(context.WithoutCancel(ctx), k, obj)
 	switch {
 	case err == nil:
 	case apierrors.IsConflict(err):
