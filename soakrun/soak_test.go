@@ -19,6 +19,17 @@ import (
 	"github.com/quartermaster-dev/quartermaster/soak"
 )
 
+// qmDir holds the qm buildQM builds; TestMain removes it.
+var qmDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if qmDir != "" {
+		os.RemoveAll(qmDir)
+	}
+	os.Exit(code)
+}
+
 // buildQM builds the qm of this tree once per test binary, for the rig's
 // allocators and fleet agents.
 var buildQM = sync.OnceValues(func() (string, error) {
@@ -26,6 +37,7 @@ var buildQM = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	qmDir = dir
 	qm := filepath.Join(dir, "qm")
 	cmd := exec.Command("go", "build", "-o", qm, "./cmd/qm")
 	cmd.Dir = ".." // the module root
