@@ -128,7 +128,7 @@ func TestImage(t *testing.T) {
 	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
 		t.Errorf("platform %s/%s, want linux/%s", cf.OS, cf.Architecture, runtime.GOARCH)
 	}
-	if !cf.Created.Time.Equal(fixedTime) {
+	if !cf.Created.Equal(fixedTime) {
 		t.Errorf("created %v, want %v", cf.Created.Time, fixedTime)
 	}
 	if want := []string{"/usr/local/bin/tool", "--config", "/etc/tool"}; !reflect.DeepEqual(cf.Config.Entrypoint, want) {
