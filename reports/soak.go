@@ -183,7 +183,7 @@ func faultBands(p *plot.Plot, r *soak.Result, ss []series) error {
 		}
 		rr, g, b, _ := c.RGBA()
 		poly.Color = color.NRGBA{R: uint8(rr >> 8), G: uint8(g >> 8), B: uint8(b >> 8), A: 48}
-		poly.LineStyle.Width = 0
+		poly.Width = 0
 		bands = append(bands, poly)
 		if !named[f.Kind] {
 			named[f.Kind] = true
