@@ -147,14 +147,29 @@ func (p *Plan) Run(o Options) (*Result, error) {
 			progress(v, done)
 		}
 	}
-	// eval runs values (ascending) and returns whether each passed.
-	eval := func(values []int) ([]bool, error) {
+	// eval runs values (ascending) and returns their points.
+	eval := func(values []int) ([]*Point, error) {
 		pts := make([]*Point, len(values))
 		err := parallel(len(values), o.Workers, func(i int) error {
 			pt, err := p.point(values[i], o)
 			pts[i] = pt
 			return err
 		})
+		return pts, err
+	}
+	if err := p.search(res, eval); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// search is the plan's bisection, round by round, each round's values
+// handed to eval; the points eval returns go into res, and the answer.
+// Run evaluates by running the simulator, Merge by looking the values up
+// in runs made elsewhere: the same rounds and the same answer.
+func (p *Plan) search(res *Result, eval func(values []int) ([]*Point, error)) error {
+	round := func(values []int) ([]bool, error) {
+		pts, err := eval(values)
 		if err != nil {
 			return nil, err
 		}
@@ -169,20 +184,20 @@ func (p *Plan) Run(o Options) (*Result, error) {
 	lo, hi := p.Vary.From, p.Vary.To
 	var loOK, hiOK bool
 	if k == 1 || lo == hi {
-		ok, err := eval([]int{hi})
+		ok, err := round([]int{hi})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if hiOK = ok[0]; hiOK && lo != hi {
-			if ok, err = eval([]int{lo}); err != nil {
-				return nil, err
+			if ok, err = round([]int{lo}); err != nil {
+				return err
 			}
 			loOK = ok[0]
 		}
 	} else {
-		ok, err := eval([]int{lo, hi})
+		ok, err := round([]int{lo, hi})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		loOK, hiOK = ok[0], ok[1]
 	}
@@ -194,9 +209,9 @@ func (p *Plan) Run(o Options) (*Result, error) {
 		// Invariant: lo misses, hi passes.
 		for hi-lo > 1 {
 			values := between(lo, hi, k)
-			ok, err := eval(values)
+			ok, err := round(values)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			// The first value that passes is the new hi; the last miss
 			// below it the new lo.
@@ -217,7 +232,7 @@ func (p *Plan) Run(o Options) (*Result, error) {
 		res.Answer = hi
 	}
 	sort.Slice(res.Points, func(i, j int) bool { return res.Points[i].Value < res.Points[j].Value })
-	return res, nil
+	return nil
 }
 
 // between returns up to k distinct values strictly between lo and hi

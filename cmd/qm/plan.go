@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,6 +27,9 @@ func init() {
 }
 
 const planUsage = `usage: qm plan FILE --target 'successRate>=0.999,p99<200ms' --vary PATH=FROM..TO [--out plan.json] [--workers W] [--points K]
+       qm plan FILE --target ... --vary ... [--points K] --job-manifest [--image IMAGE] [--job-name NAME] [--out job.yaml]
+       qm plan FILE --target ... --vary ... [--points K] --index I [--out point.json]
+       qm plan merge [--out plan.json] [--quiet] POINT.json...
 
 Varies one field of a scenario file over FROM..TO and bisects for the
 smallest value whose simulator run meets every clause of --target. Each run
@@ -36,6 +42,15 @@ The runs of a round go on at once, --workers at a time (default: one per
 CPU); the points depend on --points alone, so the curve and the answer are
 the same whatever --workers is. Prints the curve it explored on stdout (progress on stderr) and
 writes it with --out for qm report. Exit status 2 when even TO misses.
+
+Where one machine is not enough, --job-manifest writes a Kubernetes
+Indexed Job (and a ConfigMap with the scenario) whose indexes each run one
+value: FROM, TO and the K values the search runs between them next (K+2
+runs; --points TO-FROM-1 runs every value). --index I runs the I-th of those
+alone and writes its point (--out -: on stdout, as the pods do); qm plan
+merge folds the points, in any order, through the same search: the plan
+qm plan --points K writes when they settle the answer, else the range the
+next plan is to search (exit status 3).
 
 PATH is the field as the file spells it, list entries by name:
   fleets.game.buffer.size          (fleets.NAME: the one cluster with that fleet)
@@ -51,6 +66,9 @@ flags:
 `
 
 func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "merge" {
+		return runPlanMerge(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("qm plan", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	targetFlag := fs.String("target", "", "clauses every run must meet, like 'successRate>=0.999,p99<200ms'")
@@ -59,6 +77,10 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	quiet := fs.Bool("quiet", false, "no progress on stderr")
 	workers := fs.Int("workers", runtime.NumCPU(), "simulator runs at once")
 	points := fs.Int("points", 2, "values tested per round between the bounds (1: bisection)")
+	index := fs.Int("index", -1, "run only the I-th value of the plan's Indexed Job (0..K+1) and write its point, for qm plan merge")
+	jobManifest := fs.Bool("job-manifest", false, "write a Kubernetes Indexed Job (and a ConfigMap with the scenario) that runs the plan's values, one per index, instead of running them")
+	image := fs.String("image", jobImage, "with --job-manifest: the qm image the pods run")
+	jobName := fs.String("job-name", "qm-plan", "with --job-manifest: the Job's name (the ConfigMap's is NAME-scenario)")
 	usage, files, ok, err := parseFlagsAndFiles("plan", planUsage, fs, args, stdout, stderr)
 	if !ok {
 		return err
@@ -79,6 +101,14 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *points < 1 {
 		return usageFail(stderr, "plan", usage, "--points %d: want 1 or more", *points)
 	}
+	if *jobManifest && *index >= 0 {
+		return usageFail(stderr, "plan", usage, "--job-manifest writes the Job that runs every --index; it takes no --index")
+	}
+	if *jobManifest {
+		if err := checkJobName(*jobName); err != nil {
+			return usageFail(stderr, "plan", usage, "%v", err)
+		}
+	}
 	tg, err := plan.ParseTarget(*targetFlag)
 	if err != nil {
 		return usageFail(stderr, "plan", usage, "--target: %v", err)
@@ -96,6 +126,19 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%s: %w", files[0], err)
 	}
 	p.Points = *points
+	if *jobManifest {
+		values := p.JobValues()
+		j := &simJob{name: *jobName, image: *image, file: files[0], data: data, runs: len(values),
+			merge: "qm plan merge --out plan.json",
+			describe: fmt.Sprintf("qm plan %s --vary %s --points %d as a Kubernetes Indexed Job: one value of %s per index (%s).",
+				files[0], *varyFlag, *points, v.Path, joinInts(values))}
+		j.args = []string{"plan", j.podScenario(), "--target", *targetFlag, "--vary", *varyFlag,
+			"--points", strconv.Itoa(*points), "--index", indexArg, "--quiet", "--out", "-"}
+		return writeManifest(j, *out, stdout)
+	}
+	if *index >= 0 {
+		return runPlanIndex(ctx, p, *index, *out, *quiet, stdout, stderr)
+	}
 	// A round runs at most max(points, 2) at once.
 	tuneGC(min(*workers, max(*points, 2)))
 	opt := plan.Options{Stop: func() bool { return ctx.Err() != nil }, Workers: *workers}
@@ -192,4 +235,120 @@ func printPlan(w io.Writer, res *plan.Result, tg plan.Target) {
 	} else {
 		fmt.Fprintf(w, "\nno answer: the target is missed even at %s = %d\n", res.Vary, res.To)
 	}
+}
+
+func joinInts(vs []int) string {
+	s := make([]string, len(vs))
+	for i, v := range vs {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ", ")
+}
+
+// runPlanIndex is qm plan --index I: one value of the plan's Indexed Job,
+// its point as JSON in --out ("-": stdout, the line on stderr), a line on
+// stdout otherwise. A value that misses the target is a result: exit 0.
+func runPlanIndex(ctx context.Context, p *plan.Plan, index int, out string, quiet bool, stdout, stderr io.Writer) error {
+	tuneGC(1)
+	rep, err := p.RunIndex(index, plan.Options{Stop: func() bool { return ctx.Err() != nil }})
+	if err != nil {
+		return err
+	}
+	line := stdout
+	if out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		b = append(b, '\n')
+		if out == "-" {
+			if _, err := stdout.Write(b); err != nil {
+				return err
+			}
+			line = stderr
+		} else if err := os.WriteFile(out, b, 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if !quiet || out == "" {
+		verdict := "meets the target"
+		if !rep.Point.Pass {
+			verdict = "misses " + strings.Join(rep.Point.Failed, ", ")
+		}
+		fmt.Fprintf(line, "qm plan: index %d: %s=%d %s\n", index, rep.Vary, rep.Point.Value, verdict)
+	}
+	return nil
+}
+
+const planMergeUsage = `usage: qm plan merge [--out plan.json] [--quiet] POINT.json...
+
+Folds the points of a plan's Indexed Job (qm plan --job-manifest; each
+pod's log, or qm plan --index I --out POINT.json) through the plan's
+search, whatever their order. When they settle the answer it prints and
+writes the plan qm plan --points K gives (exit status 2 when even TO
+misses); when they do not, it names the range the next plan is to search,
+exit status 3.
+
+flags:
+`
+
+// runPlanMerge is qm plan merge.
+func runPlanMerge(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("qm plan merge", flag.ContinueOnError)
+	out := fs.String("out", "", "write the plan as JSON to this file, for qm report")
+	quiet := fs.Bool("quiet", false, "no table")
+	usage, files, ok, err := parseFlagsAndFiles("plan merge", planMergeUsage, fs, args, stdout, stderr)
+	if !ok {
+		return err
+	}
+	if len(files) == 0 {
+		return usageFail(stderr, "plan merge", usage, "no points given")
+	}
+	var reps []*plan.PointReport
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var rep plan.PointReport
+		// The first JSON document; a pod's log may go on after it.
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			return fmt.Errorf("%s: not a plan's point: %w", f, err)
+		}
+		if rep.Kind != plan.PointKind {
+			return fmt.Errorf("%s: not a plan's point (kind %q); qm plan --index writes one", f, rep.Kind)
+		}
+		reps = append(reps, &rep)
+	}
+	res, err := plan.Merge(reps)
+	var u *plan.Unsettled
+	if errors.As(err, &u) {
+		fmt.Fprintf(stderr, "qm plan merge: %v\n", err)
+		return exitError{code: 3}
+	}
+	if err != nil {
+		return err
+	}
+	tg, err := plan.ParseTarget(strings.Join(res.Target, ","))
+	if err != nil {
+		return fmt.Errorf("the points' target: %w", err)
+	}
+	if !*quiet {
+		printPlan(stdout, res, tg)
+	}
+	if *out != "" {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
+	if !res.Found {
+		return exitError{code: 2}
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,7 @@ func init() {
 const simUsage = `usage: qm sim FILE [--out results.json] [--quiet] [--cpuprofile FILE]
        qm sim FILE --seeds N [--workers W] [--out spread.json] [--quiet]
        qm sim FILE --seeds N --index I [--out run.json]
+       qm sim FILE --seeds N --job-manifest [--image IMAGE] [--job-name NAME] [--out job.yaml]
        qm sim merge [--out spread.json] [--quiet] RUN.json...
        qm sim --replay TRACE FILE [--cluster-name SOURCE=CLUSTER]... [--out results.json]
 
@@ -47,6 +49,10 @@ misses an expectation. Where one machine is not enough, --index I runs the
 I-th of the N seeds alone (counting from 0; a Kubernetes Indexed Job passes
 its completion index) and writes its report as a single run does; qm sim
 merge adds such reports up into what --seeds N gives, whatever their order.
+--job-manifest writes that Job instead of running anything: a ConfigMap
+with the scenario file and an Indexed Job of N completions, each running
+its index's seed with --out - (the pod's log is its report), with the
+commands to collect the logs and merge them in its opening comment.
 
 With --replay, the scenario's clusters, policies and faults meet the
 arrivals and requests of a trace (qm serve --trace, qm load --trace) instead
@@ -73,6 +79,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	seeds := fs.Int("seeds", 1, "run the scenario under this many seeds (its own and the ones after it) and report each figure's spread")
 	workers := fs.Int("workers", runtime.NumCPU(), "with --seeds: runs at once")
 	index := fs.Int("index", -1, "with --seeds N: run only the seed of this index (0..N-1), as one run, for qm sim merge")
+	jobManifest := fs.Bool("job-manifest", false, "with --seeds N: write a Kubernetes Indexed Job (and a ConfigMap with the scenario) that runs the N seeds, one per index, instead of running them")
+	image := fs.String("image", jobImage, "with --job-manifest: the qm image the pods run")
+	jobName := fs.String("job-name", "qm-sim", "with --job-manifest: the Job's name (the ConfigMap's is NAME-scenario)")
 	replay := fs.String("replay", "", "replay this trace's arrivals and requests against the scenario's clusters instead of its workload")
 	var clusterNames multiFlag
 	fs.Var(&clusterNames, "cluster-name", "with --replay: SOURCE=CLUSTER, the scenario's name for a cluster the trace names SOURCE (repeatable)")
@@ -104,9 +113,28 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *index >= *seeds || *index < -1 {
 		return usageFail(stderr, "sim", usage, "--index %d: want 0..%d, one of the --seeds %d", *index, *seeds-1, *seeds)
 	}
+	if *jobManifest && (*index >= 0 || *replay != "") {
+		return usageFail(stderr, "sim", usage, "--job-manifest writes the Job that runs every --index; it takes no --index or --replay")
+	}
+	if *jobManifest {
+		if err := checkJobName(*jobName); err != nil {
+			return usageFail(stderr, "sim", usage, "%v", err)
+		}
+	}
 	sc, err := scenarios.Load(files[0])
 	if err != nil {
 		return err
+	}
+	if *jobManifest {
+		data, err := os.ReadFile(files[0])
+		if err != nil {
+			return err
+		}
+		j := &simJob{name: *jobName, image: *image, file: files[0], data: data, runs: *seeds,
+			merge:    "qm sim merge --out spread.json",
+			describe: fmt.Sprintf("qm sim %s --seeds %d as a Kubernetes Indexed Job: the seed of each index (%d..%d), one run per pod.", files[0], *seeds, *sc.Spec.Seed, *sc.Spec.Seed+uint64(*seeds)-1)}
+		j.args = []string{"sim", j.podScenario(), "--seeds", strconv.Itoa(*seeds), "--index", indexArg, "--quiet", "--out", "-"}
+		return writeManifest(j, *out, stdout)
 	}
 	if *index >= 0 {
 		seed := plan.Seeds(sc, *seeds)[*index]
