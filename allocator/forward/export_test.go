@@ -1,5 +1,7 @@
 package forward
 
+import "testing"
+
 // The names this package gives the allocator's key constants, for the
 // external tests that hold them equal.
 const (
@@ -7,3 +9,7 @@ const (
 	AllocationKeyHeaderForTest     = allocationKeyHeader
 	KeyReleasedTextForTest         = keyReleasedText
 )
+
+// NewLossyLinkForTest is a relay in front of upstream that loses answers
+// when told to, as the rig's FaultAnswerLost does (lostanswer_test.go).
+func NewLossyLinkForTest(t *testing.T, upstream string) *lossyLink { return newLossyLink(t, upstream) }

@@ -7,12 +7,12 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/core"
-	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 )
 
 // Three allocators on loopback mTLS: an entry forwarding first to a, over
-// a rig link that loses answers now and then (rig.FaultAnswerLost), and
-// then to b. After the run, and the entry's reconciliation, every server
+// a link that loses answers now and then (as the rig's FaultAnswerLost
+// does; the rig itself stays out of this package's test binary, whose
+// benchmarks its globals would weigh on), and then to b. After the run, and the entry's reconciliation, every server
 // Allocated at a is one that a answered for: none stays Allocated there
 // for a request b served.
 func TestLostAnswersLeaveNothingAllocated(t *testing.T) {
@@ -21,12 +21,7 @@ func TestLostAnswersLeaveNothingAllocated(t *testing.T) {
 		breaker: forward.BreakerOptions{Failures: 2, OpenFor: 50 * time.Millisecond, MaxOpenFor: 200 * time.Millisecond}})
 	a := startAllocator(t, p, "a", rigOptions{fleets: fleetsC})
 	b := startAllocator(t, p, "b", rigOptions{fleets: fleetsC})
-	links := rig.NewProxies()
-	t.Cleanup(links.Close)
-	link, err := links.Add("entry", "a", 0, a.addr, rig.Link{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	link := forward.NewLossyLinkForTest(t, a.addr)
 	entry.store.Replace(forward.NewSet(map[string][]core.Policy{"default": {
 		policy("to-a", "ab", 0, 1, "a", "", "fwd", link.Addr()),
 		policy("to-b", "ab", 1, 1, "b", "", "fwd", b.addr),
@@ -40,15 +35,11 @@ func TestLostAnswersLeaveNothingAllocated(t *testing.T) {
 	for i := range requests {
 		lose := i%5 == 2
 		if lose {
-			if err := link.Set(rig.FaultAnswerLost, true); err != nil {
-				t.Fatal(err)
-			}
+			link.LoseAnswers(true)
 		}
 		resp, err := dev.Allocate(ctx, multiRequest("ab", nil))
 		if lose {
-			if err := link.Set(rig.FaultAnswerLost, false); err != nil {
-				t.Fatal(err)
-			}
+			link.LoseAnswers(false)
 			// a back in service before the next fault, so that each
 			// fault meets a request on an open connection to it.
 			for entry.fwd.BreakerState(link.Addr()) != forward.Closed && ctx.Err() == nil {

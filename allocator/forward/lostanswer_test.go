@@ -157,6 +157,12 @@ func newLossyLink(t *testing.T, upstream string) *lossyLink {
 
 func (l *lossyLink) addr() string { return l.ln.Addr().String() }
 
+// Addr and LoseAnswers serve the external tests (NewLossyLinkForTest).
+func (l *lossyLink) Addr() string { return l.addr() }
+
+// LoseAnswers switches losing answers on or off.
+func (l *lossyLink) LoseAnswers(on bool) { l.once.Store(false); l.lose.Store(on) }
+
 func (l *lossyLink) accept() {
 	for {
 		down, err := l.ln.Accept()
