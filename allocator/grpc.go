@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
@@ -71,32 +70,16 @@ func (g *grpcAllocation) serve(ctx context.Context, r any) (any, error) {
 		return nil, err
 	}
 	req := *r.(*request)
-	if k, ok := ctx.Value(keyHeaderContext{}).(string); ok {
-		req.headerKey = k
-	}
+	req.headerKey = headerKey(ctx)
 	return g.svc.serveAnswer(ctx, id, req)
 }
 
-// keyHeaderContext is the context key under which keyHeaderTap leaves the
-// idempotency key's header.
-type keyHeaderContext struct{}
-
-// keyHeaderTap is Server's gRPC tap: it finds the idempotency key's header
-// (AllocationKeyHeader) in a stream's headers before the stream starts, a
-// lookup in the map the transport made (whose names HTTP/2 has in lower
-// case), so that a request without the header pays no copy of its
-// metadata (metadata.FromIncomingContext) nor a search through it
-// (metadata.ValueFromIncomingContext, when the name is missing). The first
-// value counts.
-func keyHeaderTap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if v := info.Header[AllocationKeyHeader]; len(v) > 0 && v[0] != "" {
-		return context.WithValue(ctx, keyHeaderContext{}, v[0]), nil
-	}
-	return ctx, nil
-}
-
-// headerKey is the idempotency key's header in ctx's incoming metadata,
-// for a gRPC server of the caller's own (RegisterGRPC).
+// headerKey is the idempotency key's header in ctx's incoming metadata
+// ("" for none). ValueFromIncomingContext reads the transport's map of
+// headers as it is: a request without the header costs a lookup and a
+// look at each header's first letter, and no copy (a tap on the stream's
+// headers would cost an allocation per stream, and FromIncomingContext
+// copies them all).
 func headerKey(ctx context.Context) string {
 	if v := metadata.ValueFromIncomingContext(ctx, AllocationKeyHeader); len(v) > 0 {
 		return v[0]

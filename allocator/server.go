@@ -189,7 +189,6 @@ func newGRPCServer(creds credentials.TransportCredentials, o ServerOptions, log 
 		grpc.MaxRecvMsgSize(o.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
 		grpc.ChainUnaryInterceptor(recoverUnary(log)),
-		grpc.InTapHandle(keyHeaderTap),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Fixed flow-control windows: grpc-go's dynamic ones estimate the
 		// link with a PING after each DATA frame received while none is
