@@ -48,9 +48,13 @@ func BenchmarkServiceAllocate(b *testing.B) {
 		req  func(i int) *allocation.AllocationRequest
 	}{
 		{"no-key", func(int) *allocation.AllocationRequest { return benchRequest }},
-		{"new-key", func(i int) *allocation.AllocationRequest { return keyed("bench-" + strconv.Itoa(run) + "-" + strconv.Itoa(i)) }},
+		{"new-key", func(i int) *allocation.AllocationRequest {
+			return keyed("bench-" + strconv.Itoa(run) + "-" + strconv.Itoa(i))
+		}},
 		// One key per refill: a refill gives its server back.
-		{"same-key", func(i int) *allocation.AllocationRequest { return keyed("bench-same-" + strconv.Itoa(run) + "-" + strconv.Itoa(i/10000)) }},
+		{"same-key", func(i int) *allocation.AllocationRequest {
+			return keyed("bench-same-" + strconv.Itoa(run) + "-" + strconv.Itoa(i/10000))
+		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			run++
