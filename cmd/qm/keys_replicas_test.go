@@ -42,8 +42,8 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 		t.Skip("starts a real kube-apiserver and three qm serve processes")
 	}
 	const (
-		keys     = 150 // each sent twice
-		unkeyed  = 60
+		keys     = 100 // each sent twice
+		unkeyed  = 40
 		servers  = keys + unkeyed + 40
 		workers  = 24
 		maxDelay = 150 * time.Millisecond // of a duplicate sent later
@@ -135,16 +135,19 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 		first, second := k%3, (k+1)%3
 		together := k%2 == 0
 		jobs = append(jobs, func(rng *rand.Rand) {
+			// Everything random is drawn here, before the copies start:
+			// each copy then has a generator of its own (rng is not safe
+			// for two goroutines at once).
 			abortA, abortB := rng.IntN(3) == 0, rng.IntN(3) == 0
+			delay := time.Duration(rng.Int64N(int64(maxDelay)))
+			rngA := rand.New(rand.NewPCG(rng.Uint64(), uint64(k)))
+			rngB := rand.New(rand.NewPCG(rng.Uint64(), uint64(k)))
 			var wg sync.WaitGroup
-			wg.Go(func() { send(first, key, abortA, rng) })
+			wg.Go(func() { send(first, key, abortA, rngA) })
 			if !together {
-				time.Sleep(time.Duration(rng.Int64N(int64(maxDelay))))
+				time.Sleep(delay)
 			}
-			// The second copy has its own generator: rng is not safe for
-			// two goroutines at once.
-			rng2 := rand.New(rand.NewPCG(rng.Uint64(), uint64(k)))
-			wg.Go(func() { send(second, key, abortB, rng2) })
+			wg.Go(func() { send(second, key, abortB, rngB) })
 			wg.Wait()
 		})
 	}
