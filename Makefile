@@ -25,9 +25,12 @@ build:
 	$(GO) build -buildvcs=auto -o $(BIN)/qm ./cmd/qm
 
 ## test: vet plus every test (unit and integration) under the race detector.
+## A package's tests against real API servers (allocator/kube's) run for
+## minutes under -race on a loaded machine: go test's default ten-minute
+## limit per package is too close, hence a longer one.
 test: $(TEST_DEPS)
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## unit: the fast tests only (no real API servers).
 unit:
