@@ -26,8 +26,9 @@ const (
 	// allocated.
 	AllocationKeyAnnotation = wire.AllocationKeyAnnotation
 	// AllocationKeyHeader is the gRPC metadata (and HTTP header) form of
-	// the key, for clients that can set headers; the annotation wins when
-	// both are given and differ.
+	// the key, for clients that can set headers; the service copies it
+	// into the annotation, and refuses a request whose annotation and
+	// header carry different keys.
 	AllocationKeyHeader = "quartermaster-allocation-key"
 	// MaxAllocationKeyLength bounds a key: it is stored per allocation, and
 	// must fit an annotation value comfortably.
