@@ -426,10 +426,10 @@ type memoRecorder struct {
 	memos []*forward.Memo
 }
 
-func (m *memoRecorder) AllocateFor(_ context.Context, _ string, _ *allocation.AllocationRequest, memo *forward.Memo, _ uint64, _ forward.Local) (*allocation.AllocationResponse, error) {
+func (m *memoRecorder) Forward(_ context.Context, c forward.Call, _ forward.Local) (*allocation.AllocationResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.memos = append(m.memos, memo)
+	m.memos = append(m.memos, c.Memo)
 	return &allocation.AllocationResponse{GameServerName: "remote-1", Source: "127.0.0.1:9"}, nil
 }
 func (m *memoRecorder) Release(context.Context, string, *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {

@@ -6,9 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
@@ -46,19 +44,6 @@ func keyIntake(req *core.Request, header string, own bool) (key string, _ bool, 
 		return "", own, nil
 	}
 	return key, own, checkKey(key)
-}
-
-// withKeyAnnotation is in with key among its metadata's annotations, a copy.
-func withKeyAnnotation(in *allocation.AllocationRequest, key string) *allocation.AllocationRequest {
-	out := proto.Clone(in).(*allocation.AllocationRequest)
-	if out.Metadata == nil {
-		out.Metadata = &allocation.MetaPatch{}
-	}
-	if out.Metadata.Annotations == nil {
-		out.Metadata.Annotations = map[string]string{}
-	}
-	out.Metadata.Annotations[AllocationKeyAnnotation] = key
-	return out
 }
 
 // allocateKeyed is step 4: req (of fingerprint fp) carries key, and is

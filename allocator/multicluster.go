@@ -18,11 +18,9 @@ import (
 // clusters by their GameServerAllocationPolicies; forward.Forwarder is the
 // one implementation.
 type MultiCluster interface {
-	// AllocateFor serves identity's request, calling local for entries
-	// of this cluster; seed orders clusters of equal priority. memo, if
-	// not nil, belongs to in (a prepared request's), for what in becomes
-	// when forwarded.
-	AllocateFor(ctx context.Context, identity string, in *allocation.AllocationRequest, memo *forward.Memo, seed uint64, local forward.Local) (*allocation.AllocationResponse, error)
+	// Forward serves a request, as sent and as normalized (forward.Call),
+	// calling local for entries of this cluster.
+	Forward(ctx context.Context, c forward.Call, local forward.Local) (*allocation.AllocationResponse, error)
 	// Release gives back, for identity, a server a request was forwarded
 	// for: at the remote allocator in.Source names.
 	Release(ctx context.Context, identity string, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error)

@@ -389,16 +389,14 @@ func (s *Service) forward(ctx context.Context, identity string, r request, req *
 		}
 		return l.response(), l.err
 	}
-	sent := r.sent
 	var memo *forward.Memo
 	if r.prep != nil {
 		memo = &r.prep.memo
 	}
-	if r.headerKey != "" {
-		// The key travels in the request's annotations.
-		sent, memo = withKeyAnnotation(sent, r.headerKey), nil
-	}
-	resp, err := s.multi.AllocateFor(ctx, identity, sent, memo, s.seed(), local)
+	// The forwarder reads the namespace, the policy selector and the key
+	// (from its annotation or header alike) from req; it sends the key
+	// after the request's bytes, so that a Memo's encoding serves any key.
+	resp, err := s.multi.Forward(ctx, forward.Call{Identity: identity, Sent: r.sent, Decoded: req, Memo: memo, Seed: s.seed()}, local)
 	if err != nil {
 		o.fleet, o.err = "", err
 		return o

@@ -33,27 +33,35 @@
 // times, within the caller's deadline) with the same idempotency key,
 // and a Quartermaster remote that allocated answers with that allocation.
 //
-// Every forwarded request carries a key (the quartermaster.dev/allocation-key
-// annotation, in metadata and metaPatch alike). The caller's own key,
-// from the annotation or the gRPC header, is sent as a digest of the
-// caller's identity and the key: a remote scopes keys by its caller, which
-// is this allocator's certificate for every one of its callers, and two
-// callers using the same key must not be given each other's servers; the
-// same caller's retry, through any replica, derives the same key. A request
-// without a key is given one of the forwarder's own for its forwarding
-// only. That costs a short suffix to the encoded request (protobuf merges
-// it into the request's metadata, so a Memo's encoding is shared still)
-// and, on a Quartermaster remote, the bookkeeping of a keyed
-// request; it buys retries that cannot allocate twice and releases that
-// find what they release, for every forwarded request, which is what a
-// forwarder that cannot see its remotes' state needs. An Agones remote puts
-// the annotation on the GameServer it allocates and ignores it otherwise:
-// its allocations are neither retried safely nor released by key (it has
-// no Release), as before.
+// A keyed request carries its key to the remote (the
+// quartermaster.dev/allocation-key annotation, in metadata and metaPatch
+// alike, appended after the request's bytes: protobuf merges it into the
+// request's metadata, so a Memo's encoding serves every key). The caller's
+// own key, from the annotation or the gRPC header, is sent as a digest of
+// the caller's identity and the key: a remote scopes keys by its caller,
+// which is this allocator's certificate for every one of its callers, and
+// two callers using the same key must not be given each other's servers;
+// the same caller's retry, through any replica, derives the same key.
 //
-// When the forwarder moves on after a lost answer and another cluster
-// serves the request, or no cluster does and the key is the forwarder's
-// own (nobody else can ask for that allocation), it queues a release of
+// A request without a key is forwarded as it came, unless OwnKeys gives it
+// a key of the forwarder's own for its forwarding only. Without a key a
+// lost answer cannot be told apart from a refusal safely, so it is neither
+// sent to the same endpoint again (that could allocate twice) nor given
+// back; it fails over as any transport failure does, and a remote
+// Quartermaster gives the server back itself when the dropped connection
+// ends the call before the allocation commits. OwnKeys closes the rest of
+// the gap, at a price every such request pays: the remote keeps it in its
+// table of keys and answers with the key on the server, which costs the
+// entry and the remote a measurable part of a forwarded request's CPU
+// (docs/performance.md). Callers that retry should send keys anyway, and
+// they pay that price alone. An Agones remote puts the annotation on the
+// GameServer it allocates and ignores it otherwise: its lost answers are
+// retried with the key but neither recognised nor given back (it has no
+// Release).
+//
+// When the forwarder moves on after a lost answer to a keyed request and
+// another cluster serves it, or no cluster does and the key is the
+// forwarder's own (nobody else can ask for that allocation), it queues a release of
 // the key at the endpoint whose answer was lost (ReleaseRequest with
 // allocationKey, for the identity the request was forwarded for, as a
 // forwarded Release by name is). A background worker sends it once the

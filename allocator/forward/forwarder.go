@@ -72,6 +72,11 @@ type Options struct {
 	Backoff time.Duration
 	// LostAnswerRetries: see DefaultLostAnswerRetries; -1 means none.
 	LostAnswerRetries int
+	// OwnKeys gives a request that came without an idempotency key one of
+	// the forwarder's own, so that a lost answer to it is retried and
+	// given back as a keyed request's is (package doc). Off, such a
+	// request is forwarded as it came and pays nothing for keys.
+	OwnKeys bool
 	// ReconcileBackoff, ReconcileMaxBackoff, ReconcileFor and
 	// ReconcileQueue tune the releases of allocations whose answers were
 	// lost (reconcile.go; the Default values when zero).
@@ -98,6 +103,7 @@ type Forwarder struct {
 	retries     int
 	backoff     time.Duration
 	lostRetries int
+	ownKeys     bool
 	bopts       BreakerOptions
 	unallocated codes.Code
 	clock       Clock
@@ -174,6 +180,7 @@ func New(o Options) (*Forwarder, error) {
 		f.lostRetries = o.LostAnswerRetries
 	}
 	f.keys = newRequestKeys()
+	f.ownKeys = o.OwnKeys
 	f.rec = newReconciler(f, o)
 	if f.unallocated == codes.OK {
 		f.unallocated = codes.ResourceExhausted
@@ -388,11 +395,14 @@ type forwarding struct {
 	held      []heldAt
 }
 
-func (fw *forwarding) forwardedKey(keys *requestKeys) string {
+// forwardedKey is the key fw's request is forwarded with: the caller's,
+// derived; else one of the forwarder's own when own is set; else none.
+func (fw *forwarding) forwardedKey(keys *requestKeys, own bool) string {
 	if fw.key == "" {
-		if fw.callerKey != "" {
+		switch {
+		case fw.callerKey != "":
 			fw.key = derivedKey(fw.identity, fw.callerKey)
-		} else {
+		case own:
 			fw.key = keys.next()
 		}
 	}
@@ -418,8 +428,8 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 			return nil, status.Errorf(codes.Unavailable, "multi-cluster policies are not available yet: %v", err)
 		}
 	}
-	req := c.Decoded
-	if req == nil {
+	req, decoded := c.Decoded, c.Decoded != nil
+	if !decoded {
 		req = decodedOf(c.Sent)
 	}
 	ns := req.Namespace
@@ -441,7 +451,7 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 	if crossed := hopsOf(ctx); len(crossed) > 0 {
 		hops = strings.Join(append(crossed, f.self), ",")
 	}
-	fw := forwarding{identity: c.Identity, callerKey: callerKey(ctx, req)}
+	fw := forwarding{identity: c.Identity, callerKey: callerKey(ctx, req, decoded)}
 
 	var tries []try // only a failing request needs them
 	for i, p := range order {
@@ -573,7 +583,7 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		}
 		return misconfig("Secret %s/%s (spec.connectionInfo.secretName) not found", ns, p.Connection.SecretName)
 	}
-	key := fw.forwardedKey(f.keys)
+	key := fw.forwardedKey(f.keys, f.ownKeys)
 	if fw.callerKey != "" && f.rec.holds(t.where, key) {
 		// A retry of a request this cluster may have allocated without
 		// the answer arriving, and that another cluster served: the
@@ -588,22 +598,33 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		target = p.Connection.Namespace
 	}
 	// The request as sent: encoded already when the Memo has it, and
-	// followed by its key.
+	// followed by its key when it has one.
+	var msg any
+	var keyed *encodedRequest
 	base := memo.get(fw.identity, target)
 	if base == nil {
 		req := ForwardRequest(in, target)
 		f.forwardedFor(req, fw.identity) // see release.go
 		if base = memo.encode(fw.identity, target, req); base == nil {
-			b, err := req.MarshalVT()
-			if err != nil {
-				t.out, t.code = outRefused, codes.InvalidArgument
-				t.msg = "the request cannot be encoded: " + err.Error()
-				return nil, t
+			msg = req
+			if key != "" {
+				b, err := req.MarshalVT()
+				if err != nil {
+					t.out, t.code = outRefused, codes.InvalidArgument
+					t.msg = "the request cannot be encoded: " + err.Error()
+					return nil, t
+				}
+				base = &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
 			}
-			base = &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
 		}
 	}
-	msg := withKey(base.data, key)
+	switch {
+	case key != "":
+		keyed = withKey(base.data, key)
+		msg = keyed
+	case msg == nil:
+		msg = base
+	}
 	var octx context.Context
 	if hops == f.self {
 		// A request no other allocator forwarded (the usual one): the
@@ -636,14 +657,17 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			var sent, lost bool
 			for again := 0; ; again++ {
 				var s bool
-				resp, s, err = f.invoke(ctx, octx, ep, sec, p.Connection.ServerCA, msg)
+				resp, s, err = f.invoke(ctx, octx, ep, sec, p.Connection.ServerCA, msg, keyed)
 				sent = sent || s
 				if err == nil || !transportFailure(err) || ctx.Err() != nil || deadlinePassed(ctx) {
 					break
 				}
 				br.failure(f.clock.Now(), creds)
 				if !s {
-					break // not sent: the endpoint is down or unreachable
+					// Not sent: the endpoint is down or unreachable. (A
+					// request without a key is not told apart: it is
+					// never sent again here, as it could allocate twice.)
+					break
 				}
 				// Sent, and no answer: the remote may have allocated.
 				// The same request again, with the same key, gets that
@@ -740,12 +764,13 @@ func transportFailure(err error) bool {
 	return false
 }
 
-// invoke sends msg to ep once. sent reports whether grpc-go took the
-// request's bytes to write them on a call (it does so once the call has a
-// stream on a connection): a failure with sent false was refused before
-// anything of the request left, and the remote cannot have acted on it;
-// with sent true it may have.
-func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, serverCA []byte, msg *encodedRequest) (resp *allocation.AllocationResponse, sent bool, err error) {
+// invoke sends msg to ep once. For a keyed request (msg is keyed), sent
+// reports whether grpc-go took the request's bytes to write them on a call
+// (it does so once the call has a stream on a connection): a failure with
+// sent false was refused before anything of the request left, and the
+// remote cannot have acted on it; with sent true it may have. A request
+// without a key is not followed: sent is false.
+func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, serverCA []byte, msg any, keyed *encodedRequest) (resp *allocation.AllocationResponse, sent bool, err error) {
 	c, err := f.clients.get(ep, sec, serverCA, false)
 	if err != nil {
 		return nil, false, misconfigError{err}
@@ -756,7 +781,10 @@ func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, ser
 		// already, without a timer and context per call.)
 		tctx, cancel = context.WithTimeout(octx, f.tryTimeout)
 	}
-	encodings := msg.encodings.Load()
+	var encodings int32
+	if keyed != nil {
+		encodings = keyed.encodings.Load()
+	}
 	resp = new(allocation.AllocationResponse)
 	err = c.cc.Invoke(tctx, allocation.AllocationService_Allocate_FullMethodName, msg, resp)
 	if cancel != nil {
@@ -764,7 +792,7 @@ func (f *Forwarder) invoke(ctx, octx context.Context, ep string, sec Secret, ser
 	}
 	f.clients.put(c)
 	if err != nil {
-		return nil, msg.encodings.Load() != encodings, err
+		return nil, keyed != nil && keyed.encodings.Load() != encodings, err
 	}
 	return resp, true, nil
 }

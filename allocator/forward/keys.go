@@ -42,9 +42,10 @@ const (
 // otherwise ignores it.
 
 // callerKey is the key the caller gave: the annotation of the decoded
-// request, else the gRPC header.
-func callerKey(ctx context.Context, req *core.Request) string {
-	if k := req.Metadata.Annotations[allocationKeyAnnotation]; k != "" {
+// request, which holds the header's key too when the service decoded it;
+// else (read from the request as sent) the gRPC header.
+func callerKey(ctx context.Context, req *core.Request, decoded bool) string {
+	if k := req.Metadata.Annotations[allocationKeyAnnotation]; k != "" || decoded {
 		return k
 	}
 	if v := metadata.ValueFromIncomingContext(ctx, allocationKeyHeader); len(v) > 0 {

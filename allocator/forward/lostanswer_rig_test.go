@@ -2,22 +2,32 @@ package forward_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/core"
 )
 
 // Three allocators on loopback mTLS: an entry forwarding first to a, over
 // a link that loses answers now and then (as the rig's FaultAnswerLost
 // does; the rig itself stays out of this package's test binary, whose
-// benchmarks its globals would weigh on), and then to b. After the run, and the entry's reconciliation, every server
-// Allocated at a is one that a answered for: none stays Allocated there
-// for a request b served.
+// benchmarks its globals would weigh on), and then to b. After the run,
+// and the entry's reconciliation, every server Allocated at a is one that
+// a answered for: none stays Allocated there for a request b served. The
+// callers' requests carry keys of their own, or none and the entry gives
+// them its own (OwnKeys).
 func TestLostAnswersLeaveNothingAllocated(t *testing.T) {
+	t.Run("caller keys", func(t *testing.T) { lostAnswersLeaveNothing(t, false) })
+	t.Run("own keys", func(t *testing.T) { lostAnswersLeaveNothing(t, true) })
+}
+
+func lostAnswersLeaveNothing(t *testing.T, ownKeys bool) {
 	p := newRigPKI(t)
-	entry := startAllocator(t, p, "entry", rigOptions{fleets: fleetsA, reconcileBackoff: 50 * time.Millisecond,
+	entry := startAllocator(t, p, "entry", rigOptions{fleets: fleetsA, reconcileBackoff: 50 * time.Millisecond, ownKeys: ownKeys,
 		breaker: forward.BreakerOptions{Failures: 2, OpenFor: 50 * time.Millisecond, MaxOpenFor: 200 * time.Millisecond}})
 	a := startAllocator(t, p, "a", rigOptions{fleets: fleetsC})
 	b := startAllocator(t, p, "b", rigOptions{fleets: fleetsC})
@@ -37,7 +47,11 @@ func TestLostAnswersLeaveNothingAllocated(t *testing.T) {
 		if lose {
 			link.LoseAnswers(true)
 		}
-		resp, err := dev.Allocate(ctx, multiRequest("ab", nil))
+		req := multiRequest("ab", nil)
+		if !ownKeys {
+			req.Metadata = &allocation.MetaPatch{Annotations: map[string]string{allocator.AllocationKeyAnnotation: fmt.Sprintf("match-%d", i)}}
+		}
+		resp, err := dev.Allocate(ctx, req)
 		if lose {
 			link.LoseAnswers(false)
 			// a back in service before the next fault, so that each

@@ -208,8 +208,9 @@ func (l *lossyLink) back(down, up net.Conn) {
 	}
 }
 
-// keyedPolicies route {to: NAME} to the named endpoint, priority in the
-// given order, all in namespace default of the remote.
+// keyedForwarder forwards {to: keyed} to the endpoints, priority in the
+// given order, into namespace default of the remote, with OwnKeys on
+// (set it in o for off).
 func keyedForwarder(t *testing.T, o Options, sec Secret, endpoints ...string) (*Forwarder, *prometheus.Registry) {
 	t.Helper()
 	var policies []core.Policy
@@ -222,6 +223,7 @@ func keyedForwarder(t *testing.T, o Options, sec Secret, endpoints ...string) (*
 	reg := prometheus.NewRegistry()
 	o.Source = NewStore(NewSet(map[string][]core.Policy{"default": policies}, []Secret{sec}))
 	o.Self = "entry"
+	o.OwnKeys = !o.OwnKeys // keyed here unless a test says otherwise
 	o.Registerer = reg
 	f, err := New(o)
 	if err != nil {
@@ -461,5 +463,31 @@ func TestRefusedIsNotLost(t *testing.T) {
 	}
 	if n := counterOf(t, reg, "qm_forward_reconciliations_total", "queued"); n != 0 {
 		t.Errorf("%v releases queued at an endpoint nothing listens on", n)
+	}
+}
+
+// Without OwnKeys a request without a key is forwarded as it came: no key
+// reaches the remote, and a lost answer to it is not sent to the same
+// endpoint again (it could allocate twice); it fails over as before.
+func TestNoOwnKeys(t *testing.T) {
+	pki := newTestPKI(t)
+	remote := newKeyedRemote("r")
+	link := newLossyLink(t, serveKeyed(t, pki, remote))
+	f, reg := keyedForwarder(t, Options{Retries: -1, OwnKeys: true}, pki.secret(t, "entry"), link.addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	link.once.Store(true)
+	link.lose.Store(true)
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a lost answer to a request without a key: %v, want Unavailable", err)
+	}
+	if k := remote.seen(); len(k) != 2 || k[0] != "" || k[1] != "" {
+		t.Errorf("the remote saw keys %q, want two requests without one", k)
+	}
+	if n := counterOf(t, reg, "qm_forward_reconciliations_total", "queued"); n != 0 {
+		t.Errorf("%v releases queued for a request without a key", n)
 	}
 }

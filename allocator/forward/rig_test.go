@@ -130,8 +130,10 @@ type rigOptions struct {
 	clock      forward.Clock
 	tryTimeout time.Duration
 	breaker    forward.BreakerOptions
-	// reconcileBackoff: forward.Options.ReconcileBackoff.
+	// reconcileBackoff and ownKeys: forward.Options.ReconcileBackoff
+	// and OwnKeys.
 	reconcileBackoff time.Duration
+	ownKeys          bool
 }
 
 func startAllocator(t testing.TB, p *rigPKI, name string, o rigOptions) *rigAllocator {
@@ -154,7 +156,7 @@ func startAllocator(t testing.TB, p *rigPKI, name string, o rigOptions) *rigAllo
 	}
 	a.fwd, err = forward.New(forward.Options{
 		Source: a.store, Self: name, Clock: o.clock, Logger: log, Registerer: a.reg,
-		TryTimeout: o.tryTimeout, Breaker: o.breaker, ReconcileBackoff: o.reconcileBackoff,
+		TryTimeout: o.tryTimeout, Breaker: o.breaker, ReconcileBackoff: o.reconcileBackoff, OwnKeys: o.ownKeys,
 	})
 	if err != nil {
 		t.Fatal(err)
