@@ -373,6 +373,9 @@ func startBackend(ctx context.Context, f *serveFlags, seed uint64, log *slog.Log
 			REST: restCfg, Namespace: f.kubeNamespace, Logger: log,
 			QPS: float32(f.kubeQPS), Burst: f.kubeBurst,
 			PackedSpread: f.packedSpread, ReplicaShard: shard, Replicas: f.replicas,
+			// Idempotency keys' records beside the replicas' Leases, for
+			// as long as the service remembers a key.
+			KeyNamespace: f.replica.leaseNamespace, KeyWindow: f.keyWindow,
 		})
 		if err != nil {
 			return be, err
