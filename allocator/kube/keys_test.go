@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -66,6 +67,26 @@ var _ = Describe("idempotency keys across replicas", func() {
 		l, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.KeyRecordLabel})
 		Expect(err).NotTo(HaveOccurred())
 		return len(l.Items)
+	}
+	// keyEvents reads b's qm_allocator_key_records_total for event.
+	keyEvents := func(b *kube.Backend, event string) float64 {
+		reg := prometheus.NewRegistry()
+		Expect(b.Register(reg)).To(Succeed())
+		mfs, err := reg.Gather()
+		Expect(err).NotTo(HaveOccurred())
+		for _, mf := range mfs {
+			if mf.GetName() != "qm_allocator_key_records_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "event" && l.GetValue() == event {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return 0
 	}
 	fleet := func(ns string, n int) {
 		for i := range n {
@@ -134,6 +155,9 @@ var _ = Describe("idempotency keys across replicas", func() {
 		after, err := gameServers(ns).Get(ctx, first.GameServer.Name, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(after.GetResourceVersion()).To(Equal(before.GetResourceVersion()), "a replay writes nothing")
+		Expect(keyEvents(a, "claimed")).To(Equal(1.0))
+		Expect(keyEvents(b, "replayed")).To(Equal(1.0))
+		Expect(keyEvents(b, "claimed")).To(BeZero())
 		Expect(allocatedServers(ns)).To(HaveLen(1))
 
 		// The same key from another identity is another key.
@@ -154,6 +178,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 			var conflict *allocator.KeyConflictError
 			Expect(errors.As(err, &conflict)).To(BeTrue(), "%v", err)
 			Expect(conflict.Key).To(Equal("m-1"))
+			Expect(keyEvents(r, "conflict")).To(Equal(1.0))
 		}
 		Expect(allocatedServers(ns)).To(HaveLen(1))
 	})
@@ -199,6 +224,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 		Expect(a.GameServer.Name).To(Equal(name))
 		Expect(a.Replayed).To(BeTrue())
 		Expect(allocatedServers(ns)).To(HaveLen(1))
+		Expect(keyEvents(survivor, "taken_over")).To(Equal(1.0))
 		// From now on the record names it: a third replica replays at once.
 		again, err := replica(ns).Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 3)
 		Expect(err).NotTo(HaveOccurred())
