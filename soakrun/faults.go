@@ -158,8 +158,18 @@ func (in *injector) one(ctx context.Context, f soak.ScheduledFault, target strin
 	t.Stop()
 	// Ending a fault must not be cut short by the run's end: a replica
 	// left dead or a link left cut would spoil the snapshot.
+	// An end that fails (the API server it needs is down under another
+	// fault, say) is tried again until it works or the bound passes.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	uerr := undo(uctx)
+	for uerr != nil && uctx.Err() == nil {
+		in.log("fault %s on %s: ending it: %v; trying again", f.Kind, target, uerr)
+		select {
+		case <-uctx.Done():
+		case <-time.After(2 * time.Second):
+			uerr = undo(uctx)
+		}
+	}
 	cancel()
 	ended := time.Now()
 	in.mu.Lock()
@@ -343,9 +353,21 @@ func (in *injector) lossy(links []*rig.Proxy) func(context.Context) error {
 			}
 		}
 	}()
+	var once sync.Once
 	return func(context.Context) error {
-		close(stop)
-		return <-done
+		var err error
+		first := false
+		once.Do(func() {
+			first = true
+			close(stop)
+			err = <-done
+		})
+		if !first {
+			// Tried again after a failed end: the flapping has stopped;
+			// bring the links up.
+			err = in.setLinks(links, rig.FaultDown, false)
+		}
+		return err
 	}
 }
 
