@@ -123,6 +123,14 @@ func simMetrics(r *sim.Results) []metric {
 	for name, p := range r.Providers {
 		out = append(out, metric{"providers." + name + ".share", "fraction", p.Share})
 	}
+	if l := r.Losses; l != nil {
+		out = append(out,
+			metric{"losses.leaked", "servers", float64(l.Leaked)},
+			metric{"losses.leakedPerHour", "servers/hour", l.LeakedPerHour},
+			metric{"losses.duplicatesAvoided", "allocations", float64(l.DuplicatesAvoided)},
+			metric{"losses.retries", "requests", float64(l.Retries)},
+		)
+	}
 	for name, ph := range r.Phases {
 		for cl, pc := range ph.Clusters {
 			out = append(out, metric{"phases." + name + ".clusters." + cl + ".share", "fraction", pc.Share})

@@ -130,6 +130,10 @@ func (s *Scenario) Default() {
 	if sp.Routing.Deadline == 0 {
 		sp.Routing.Deadline = Duration(30 * time.Second)
 	}
+	// The loss model's routing settings keep their zero values here and
+	// are defaulted in Config, so that a file without the model reads the
+	// same as before it existed (scenarios/live names every field a file
+	// sets that it does not reproduce).
 	for i := range sp.Clusters {
 		c := &sp.Clusters[i]
 		if c.RTT == nil {
@@ -302,6 +306,15 @@ func (c *checker) timing(sp *Spec) {
 	if sp.Routing.Deadline < 0 {
 		c.add("spec.routing.deadline", "must not be negative")
 	}
+	if k := sp.Routing.KeyRetries; k != nil && (*k < 0 || *k > 100) {
+		c.add("spec.routing.keyRetries", "must be 0 to 100, got %d", *k)
+	}
+	if sp.Routing.ReconcileDelay < 0 {
+		c.add("spec.routing.reconcileDelay", "must not be negative")
+	}
+	if sp.Routing.KeyWindow < 0 {
+		c.add("spec.routing.keyWindow", "must not be negative")
+	}
 }
 
 // listSizes bounds the lists: they keep a hostile or mistaken file from
@@ -375,6 +388,9 @@ func (c *checker) cluster(p string, cl Cluster) (slots, servers int) {
 	}
 	c.dist(p+".apiServer.writeLatency", cl.APIServer.WriteLatency)
 	c.allocator(p+".allocator", cl.Allocator)
+	if cl.AnswerLoss != nil {
+		c.fraction(p+".answerLoss", *cl.AnswerLoss)
+	}
 	fleets := map[string]bool{}
 	for j, f := range cl.Fleets {
 		fp := fmt.Sprintf("%s.fleets[%d]", p, j)
@@ -428,6 +444,9 @@ func (c *checker) fleet(fp string, f Fleet) {
 		c.add(fp+".sessionEnd", "must be Shutdown or Ready, not %q", f.SessionEnd)
 	}
 	c.dist(fp+".startupDelay", f.StartupDelay)
+	if f.IdleShutdown < 0 {
+		c.add(fp+".idleShutdown", "must not be negative")
+	}
 	checkCapacities(c, fp+".counters", f.Counters, math.MaxInt64)
 	checkCapacities(c, fp+".lists", f.Lists, 1000)
 	for k, v := range f.Labels {
@@ -517,6 +536,37 @@ func (c *checker) workload(sp *Spec, clusters map[string]bool) {
 			c.add(p+".request.scheduling", "must be Packed or Distributed, not %q", s)
 		}
 		c.create(p, sp, &w)
+		c.caller(p+".caller", w.Caller)
+	}
+}
+
+// fraction checks a rate that is a fraction of something.
+func (c *checker) fraction(path string, x float64) {
+	if !finite(x) || x < 0 || x > 1 {
+		c.add(path, "must be a fraction from 0 to 1, got %v", x)
+	}
+}
+
+// caller checks a stream's caller (at path p): rates are fractions, and a
+// caller that loses answers or retries needs a timeout, since it notices
+// a lost answer only by waiting that long.
+func (c *checker) caller(p string, k *Caller) {
+	if k == nil {
+		return
+	}
+	c.fraction(p+".answerLoss", k.AnswerLoss)
+	if k.Timeout < 0 {
+		c.add(p+".timeout", "must not be negative")
+	} else if k.Timeout == 0 && k.AnswerLoss > 0 {
+		c.add(p+".timeout", "must be set when answerLoss is above 0: a caller that waits for ever never notices a lost answer")
+	} else if k.Timeout == 0 && k.Retries > 0 {
+		c.add(p+".timeout", "must be set when retries is above 0: a caller retries after giving up at its timeout")
+	}
+	if k.Retries < 0 || k.Retries > 1000 {
+		c.add(p+".retries", "must be 0 to 1000, got %d", k.Retries)
+	}
+	if k.RetryDelay < 0 {
+		c.add(p+".retryDelay", "must not be negative")
 	}
 }
 

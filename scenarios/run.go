@@ -44,6 +44,9 @@ func (s *Scenario) Config() (*sim.Config, error) {
 			PackedSpread:    c.Allocator.PackedSpread,
 			ReplicaShards:   c.Allocator.ReplicaShards,
 		}
+		if c.AnswerLoss != nil {
+			cc.AnswerLoss = *c.AnswerLoss
+		}
 		for _, f := range c.Fleets {
 			fc := sim.FleetConfig{
 				Name:         f.Name,
@@ -52,6 +55,7 @@ func (s *Scenario) Config() (*sim.Config, error) {
 				Placement:    sim.Placement(f.Scheduling),
 				StartupDelay: f.StartupDelay.sim(),
 				SessionEnd:   sim.SessionEnd(f.SessionEnd),
+				IdleShutdown: f.IdleShutdown.D(),
 			}
 			if b := f.Buffer; b != nil {
 				fc.Buffer = &sim.Buffer{Size: b.Size, Min: b.Min, Max: b.Max, SyncInterval: b.SyncInterval.D()}
@@ -83,6 +87,10 @@ func (s *Scenario) Config() (*sim.Config, error) {
 			Create:   w.Create,
 			Template: w.Template,
 		}
+		if c := w.Caller; c != nil {
+			st.Caller = &sim.Caller{AnswerLoss: c.AnswerLoss, Timeout: c.Timeout.D(), Retries: c.Retries,
+				RetryDelay: c.RetryDelay.D(), Keys: c.Keys}
+		}
 		req := core.Request{}
 		if w.Request.Scheduling == "Distributed" {
 			req.Scheduling = core.Distributed
@@ -106,6 +114,9 @@ func (s *Scenario) Config() (*sim.Config, error) {
 	}
 	if arrivals > maxArrivals {
 		return nil, fmt.Errorf("spec.workload: %.3g requests expected; the limit is %.0g", arrivals, maxArrivals)
+	}
+	if sp.lossModel() {
+		cfg.Losses = sp.Routing.losses()
 	}
 	for _, f := range sp.Faults {
 		cfg.Outages = append(cfg.Outages, sim.Outage{Cluster: f.Cluster, Start: f.Start.D(), End: f.End.D()})
@@ -276,7 +287,13 @@ func checkMetric(s *Scenario, path string) error {
 	for _, w := range s.Spec.Workload {
 		create = create || w.Create
 	}
+	if s.Spec.lossModel() {
+		r.Losses = &sim.LossResult{Clusters: map[string]sim.ClusterLosses{}}
+	}
 	for _, c := range s.Spec.Clusters {
+		if r.Losses != nil {
+			r.Losses.Clusters[c.Name] = sim.ClusterLosses{}
+		}
 		r.Clusters[c.Name] = sim.ClusterResult{}
 		if create {
 			// Results carry onDemand for every cluster when a stream
@@ -295,4 +312,35 @@ func checkMetric(s *Scenario, path string) error {
 	}
 	_, err = lookup(tree, path)
 	return err
+}
+
+// lossModel reports whether the scenario turns the loss model on: a
+// cluster's answerLoss or a stream's caller, even at zero rates.
+func (sp *Spec) lossModel() bool {
+	for _, c := range sp.Clusters {
+		if c.AnswerLoss != nil {
+			return true
+		}
+	}
+	for _, w := range sp.Workload {
+		if w.Caller != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// losses are the routing's settings for lost answers, defaulted.
+func (r *Routing) losses() *sim.Losses {
+	l := &sim.Losses{KeyRetries: 1, ReconcileDelay: time.Second, KeyWindow: sim.DefaultKeyWindow}
+	if r.KeyRetries != nil {
+		l.KeyRetries = *r.KeyRetries
+	}
+	if r.ReconcileDelay > 0 {
+		l.ReconcileDelay = r.ReconcileDelay.D()
+	}
+	if r.KeyWindow > 0 {
+		l.KeyWindow = r.KeyWindow.D()
+	}
+	return l
 }

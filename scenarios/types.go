@@ -61,6 +61,17 @@ type Routing struct {
 	// Deadline ends a request that has taken this long without trying
 	// further clusters (default 30s, Agones' total).
 	Deadline Duration `yaml:"deadline,omitempty" json:"deadline,omitempty"`
+	// KeyRetries is how many times the forwarder tries the same cluster
+	// again, with the request's idempotency key, after its answer was
+	// lost, before it moves on (default 1).
+	KeyRetries *int `yaml:"keyRetries,omitempty" json:"keyRetries,omitempty"`
+	// ReconcileDelay is how long after the forwarder moved on a cluster
+	// releases the key's allocation there (default 1s; never while the
+	// cluster is down).
+	ReconcileDelay Duration `yaml:"reconcileDelay,omitempty" json:"reconcileDelay,omitempty"`
+	// KeyWindow is how long an allocation made for a key waits for a
+	// retry to take it before it is released (default 10m).
+	KeyWindow Duration `yaml:"keyWindow,omitempty" json:"keyWindow,omitempty"`
 }
 
 // Cluster is one cluster.
@@ -73,7 +84,11 @@ type Cluster struct {
 	Nodes           Nodes     `yaml:"nodes" json:"nodes"`
 	APIServer       APIServer `yaml:"apiServer,omitempty" json:"apiServer,omitempty"`
 	Allocator       Allocator `yaml:"allocator,omitempty" json:"allocator,omitempty"`
-	Fleets          []Fleet   `yaml:"fleets" json:"fleets"`
+	// AnswerLoss is the fraction of the cluster's answers to forwarded
+	// requests that are lost on the link back after the allocation they
+	// carry committed (the loss model; default none).
+	AnswerLoss *float64 `yaml:"answerLoss,omitempty" json:"answerLoss,omitempty"`
+	Fleets     []Fleet  `yaml:"fleets" json:"fleets"`
 }
 
 // Nodes is a cluster's node pool: Count nodes of Slots game servers each.
@@ -124,6 +139,11 @@ type Fleet struct {
 	// select by labels only, so there they change nothing.
 	Counters map[string]Capacity `yaml:"counters,omitempty" json:"counters,omitempty"`
 	Lists    map[string]Capacity `yaml:"lists,omitempty" json:"lists,omitempty"`
+	// IdleShutdown is how long a server allocated for a caller who never
+	// learnt of it (a leaked server) stays Allocated before it shuts
+	// itself down, as a game server no player joins may (default: never
+	// within the run, as Agones leaves it).
+	IdleShutdown Duration `yaml:"idleShutdown,omitempty" json:"idleShutdown,omitempty"`
 }
 
 // Capacity is a counter's or list's capacity.
@@ -324,6 +344,28 @@ type Stream struct {
 	// Template names that fleet (default: the first fleet the request's
 	// selectors match, in the cluster tried); only with create.
 	Template string `yaml:"template,omitempty" json:"template,omitempty"`
+	// Caller models the matchmaker behind the stream: the answers it
+	// loses, when it gives up, its retries and its idempotency keys (the
+	// loss model; default: it loses nothing and never retries).
+	Caller *Caller `yaml:"caller,omitempty" json:"caller,omitempty"`
+}
+
+// Caller is the matchmaker behind a stream, as the loss model sees it.
+type Caller struct {
+	// AnswerLoss is the fraction of answers carrying an allocation that
+	// never reach the caller, after the allocation committed.
+	AnswerLoss float64 `yaml:"answerLoss,omitempty" json:"answerLoss,omitempty"`
+	// Timeout is how long the caller waits for an answer before it gives
+	// up (default: as long as the request takes; needed with answerLoss
+	// or retries).
+	Timeout Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Retries is how many times the caller sends the request again after
+	// giving up, RetryDelay after it gave up (default 0 and 0s).
+	Retries    int      `yaml:"retries,omitempty" json:"retries,omitempty"`
+	RetryDelay Duration `yaml:"retryDelay,omitempty" json:"retryDelay,omitempty"`
+	// Keys makes the caller send an idempotency key, the same on every
+	// retry of a request (default false).
+	Keys bool `yaml:"keys,omitempty" json:"keys,omitempty"`
 }
 
 // MultiCluster selects the policies a request is routed by.

@@ -40,6 +40,12 @@ type Config struct {
 	// and the request ends as DeadlineExceeded.
 	Deadline time.Duration
 
+	// Losses sets how forwarders and allocators handle lost answers (see
+	// loss.go). The loss model is on when Losses is set, a cluster has an
+	// AnswerLoss or a stream a Caller; off, it costs nothing and the
+	// results carry no losses section.
+	Losses *Losses
+
 	// Progress, when set, is called every ProgressEvery events (default
 	// 1<<20) with the virtual time reached; it must not touch the run.
 	Progress      func(now time.Duration, events uint64)
@@ -84,6 +90,10 @@ type ClusterConfig struct {
 	// Replicas) do in the live allocator.
 	PackedSpread  int
 	ReplicaShards bool
+	// AnswerLoss is the fraction of this cluster's answers to forwarded
+	// (multi-cluster) requests that carry an allocation and are lost on
+	// the link back, after the allocation committed.
+	AnswerLoss float64
 
 	Fleets []FleetConfig
 }
@@ -122,6 +132,11 @@ type FleetConfig struct {
 	// Buffer, when set, is a buffer autoscaler: every SyncInterval the
 	// fleet's size becomes Allocated+Size, within [Min, Max].
 	Buffer *Buffer
+	// IdleShutdown is how long a server that was allocated for a caller
+	// who never learnt of it (a leaked server) stays Allocated before it
+	// shuts itself down, as a game server that no player joins may; 0:
+	// it stays Allocated to the end of the run, as Agones leaves it.
+	IdleShutdown time.Duration
 }
 
 // Buffer is a FleetAutoscaler buffer policy.
@@ -158,7 +173,49 @@ type StreamConfig struct {
 	// cluster that one of the request's selectors matches (any fleet when
 	// it has none). A cluster without the fleet answers no match.
 	Template string
+	// Caller, when set, models the caller behind the stream: answers it
+	// loses, its timeout, its retries and its idempotency keys.
+	Caller *Caller
 }
+
+// Caller is the matchmaker behind a stream, as the loss model sees it.
+type Caller struct {
+	// AnswerLoss is the fraction of answers carrying an allocation that
+	// never reach the caller, after the allocation committed.
+	AnswerLoss float64
+	// Timeout is how long the caller waits for an answer before it gives
+	// up (an allocation that commits later is one it never learns of);
+	// 0: it waits as long as the request takes, and then AnswerLoss must
+	// be 0, since the caller would never notice a loss.
+	Timeout time.Duration
+	// Retries is how many times the caller sends the request again after
+	// giving up, each RetryDelay after it gave up.
+	Retries    int
+	RetryDelay time.Duration
+	// Keys makes the caller send an idempotency key, the same on every
+	// retry: a retry is answered with the allocation the key already has
+	// (or joins the attempt still in flight), and a forwarder that lost a
+	// keyed answer tries the same cluster again before it moves on.
+	Keys bool
+}
+
+// Losses are the forwarders' and allocators' settings for lost answers.
+type Losses struct {
+	// KeyRetries is how many times a forwarder tries the same cluster
+	// again, with the key, after a keyed answer was lost, before it moves
+	// on to the next cluster.
+	KeyRetries int
+	// ReconcileDelay is how long after a forwarder moved on from a cluster
+	// that cluster releases the key's allocation (and never while it is
+	// down: the release waits for its outage to end).
+	ReconcileDelay time.Duration
+	// KeyWindow is how long an allocation made for a key waits for a
+	// retry to take it; then it is released (0: DefaultKeyWindow).
+	KeyWindow time.Duration
+}
+
+// DefaultKeyWindow is the allocator's default window for idempotency keys.
+const DefaultKeyWindow = 10 * time.Minute
 
 // Outage makes a cluster's allocator unreachable in [Start, End).
 type Outage struct {
@@ -176,6 +233,10 @@ type Phase struct {
 // maxClusters bounds the clusters of one run (a request's try order is a
 // fixed-size array).
 const maxClusters = 64
+
+// maxCallerRetries bounds a caller's retries (an attempt's number rides in
+// an event's 16 bits).
+const maxCallerRetries = 1000
 
 // maxReplicas bounds the allocator replicas of one cluster.
 const maxReplicas = 64
@@ -204,6 +265,9 @@ func (c *Config) check() error {
 		if cl.Workers < 0 || cl.MaxRetries < 0 {
 			return fmt.Errorf("clusters[%d]: workers and maxRetries must not be negative", i)
 		}
+		if !(cl.AnswerLoss >= 0 && cl.AnswerLoss <= 1) {
+			return fmt.Errorf("clusters[%d]: answerLoss must be in [0, 1], got %v", i, cl.AnswerLoss)
+		}
 		for _, d := range []Dist{cl.RTT, cl.WriteLatency, cl.InformerDelay, cl.DecisionTime} {
 			if err := d.Validate(); err != nil {
 				return fmt.Errorf("clusters[%d]: %v", i, err)
@@ -215,6 +279,9 @@ func (c *Config) check() error {
 			}
 			if err := f.StartupDelay.Validate(); err != nil {
 				return fmt.Errorf("clusters[%d].fleets[%d]: %v", i, j, err)
+			}
+			if f.IdleShutdown < 0 {
+				return fmt.Errorf("clusters[%d].fleets[%d]: idleShutdown must not be negative", i, j)
 			}
 			if b := f.Buffer; b != nil && (b.SyncInterval <= 0 || b.Min < 0 || b.Max < b.Min || b.Size < 0) {
 				return fmt.Errorf("clusters[%d].fleets[%d]: buffer needs syncInterval > 0 and 0 <= min <= max", i, j)
@@ -239,11 +306,35 @@ func (c *Config) check() error {
 		if err := c.checkTemplate(&s); err != nil {
 			return fmt.Errorf("streams[%d]: %v", i, err)
 		}
+		if err := s.Caller.check(); err != nil {
+			return fmt.Errorf("streams[%d].caller: %v", i, err)
+		}
+	}
+	if l := c.Losses; l != nil && (l.KeyRetries < 0 || l.ReconcileDelay < 0 || l.KeyWindow < 0) {
+		return errors.New("losses: keyRetries, reconcileDelay and keyWindow must not be negative")
 	}
 	for i, o := range c.Outages {
 		if !names[o.Cluster] {
 			return fmt.Errorf("outages[%d]: unknown cluster %q", i, o.Cluster)
 		}
+	}
+	return nil
+}
+
+func (c *Caller) check() error {
+	switch {
+	case c == nil:
+		return nil
+	case !(c.AnswerLoss >= 0 && c.AnswerLoss <= 1):
+		return fmt.Errorf("answerLoss must be in [0, 1], got %v", c.AnswerLoss)
+	case c.Timeout < 0 || c.RetryDelay < 0 || c.Retries < 0:
+		return errors.New("timeout, retries and retryDelay must not be negative")
+	case c.Retries > maxCallerRetries:
+		return fmt.Errorf("retries must be at most %d", maxCallerRetries)
+	case c.AnswerLoss > 0 && c.Timeout == 0:
+		return errors.New("answerLoss needs a timeout: a caller that waits for ever never notices a lost answer")
+	case c.Retries > 0 && c.Timeout == 0:
+		return errors.New("retries need a timeout: a caller retries after giving up at its timeout")
 	}
 	return nil
 }

@@ -219,6 +219,11 @@ func (w *world) createDone(id int32) {
 	}
 	sv.rev, sv.state = cl.rev, stAllocated
 	w.propagate(cl, r.slot, sv.gs, false)
+	if w.loss != nil && w.loss.answer(id, r.slot) {
+		cl.m.Allocated++
+		cl.od.allocated++
+		return
+	}
 	s := w.streams[r.stream]
 	w.q.push(event{at: w.now + w.sessionFor(s, r), kind: evSessionEnd, c: r.cluster, id: r.slot})
 	cl.m.Allocated++

@@ -17,7 +17,10 @@ type Results struct {
 	Clusters  map[string]ClusterResult  `json:"clusters"`
 	Providers map[string]ProviderResult `json:"providers"`
 	Phases    map[string]PhaseResult    `json:"phases,omitempty"`
-	Series    Series                    `json:"series"`
+	// Losses are the loss model's figures (loss.go), in a run with the
+	// model on.
+	Losses *LossResult `json:"losses,omitempty"`
+	Series Series      `json:"series"`
 }
 
 // Totals are the figures over every request.
@@ -182,6 +185,13 @@ func (w *world) results() *Results {
 	}
 	var packMin, packUsed float64
 	dur := float64(w.end)
+	// Shares are of the allocations made. Every one is answered OK but
+	// those whose answers the loss model lost, so without it this is
+	// t.allocated.
+	var made uint64
+	for _, cl := range w.clusters {
+		made += cl.m.Allocated
+	}
 	for _, cl := range w.clusters {
 		cfg := cl.cfg
 		nh := cl.nodeArea / float64(time.Hour)
@@ -191,7 +201,7 @@ func (w *world) results() *Results {
 			Provider:             cfg.Provider,
 			Region:               cfg.Region,
 			clusterCounters:      cl.m,
-			Share:                ratio(float64(cl.m.Allocated), float64(t.allocated)),
+			Share:                ratio(float64(cl.m.Allocated), float64(made)),
 			SuccessRate:          float64(cl.m.Allocated) / max(1, float64(cl.m.Allocated+cl.m.UnAllocated+cl.m.Contention+cl.od.deadline)),
 			Latency:              cl.lat.summary(),
 			RetriesPerAllocation: ratio(float64(cl.m.Retries), float64(cl.m.Allocated)),
@@ -218,7 +228,7 @@ func (w *world) results() *Results {
 		r.Series.Clusters[cfg.Name] = &cl.series
 	}
 	for k, p := range r.Providers {
-		p.Share = ratio(float64(p.Allocated), float64(t.allocated))
+		p.Share = ratio(float64(p.Allocated), float64(made))
 		p.NodeHours, p.Cost = round4(p.NodeHours), round4(p.Cost)
 		r.Providers[k] = p
 	}
@@ -226,6 +236,9 @@ func (w *world) results() *Results {
 	r.Totals.PackingEfficiency = 1
 	if packUsed > 0 {
 		r.Totals.PackingEfficiency = round4(packMin / packUsed)
+	}
+	if w.loss != nil {
+		r.Losses = w.loss.result()
 	}
 	if len(w.phases) > 0 {
 		r.Phases = map[string]PhaseResult{}

@@ -46,6 +46,7 @@ const (
 	outContention
 	outTimeout
 	outDeadline
+	outLost // the answer, carrying an allocation, never reached the caller (loss.go)
 )
 
 type server struct {
@@ -58,6 +59,10 @@ type server struct {
 	// onDemand: made for one request from the fleet's template, outside
 	// the fleet's counts (see ondemand.go).
 	onDemand bool
+	// held: Allocated for an idempotency key whose caller has not had the
+	// answer; leaked: Allocated for a caller who will never know of it
+	// (see loss.go).
+	held, leaked bool
 }
 
 type node struct {
@@ -233,6 +238,8 @@ type world struct {
 	phases   []phaseCounters
 	interval int64
 	ticks    []float64
+
+	loss *lossState // nil: the loss model is off
 }
 
 // Run simulates cfg and returns its results. The same Config (seed
@@ -281,6 +288,9 @@ func newWorld(cfg *Config) (*world, error) {
 		}
 		w.streams = append(w.streams, s)
 		w.startStream(i)
+	}
+	if w.lossModelOn() {
+		w.loss = newLossState(w)
 	}
 	w.phases = make([]phaseCounters, len(cfg.Phases))
 	for i := range w.phases {
@@ -457,6 +467,8 @@ func (w *world) run() bool {
 			w.createDone(e.id)
 		case evCreateExpired:
 			w.createExpired(e.id)
+		default:
+			w.loss.event(&e)
 		}
 	}
 	w.now = w.end
@@ -472,12 +484,23 @@ func (w *world) arrival(si int) {
 	s := w.streams[si]
 	k := int32(s.sent - 1) // this arrival's index, before the next is scheduled
 	w.startStream(si)
+	id := w.begin(si, k, s.rng.Uint64())
+	w.route(s, id)
+	if w.loss != nil {
+		w.loss.arrived(id)
+	}
+	w.tryNext(id)
+}
+
+// begin makes and counts a request of stream si, its arrival k (replay
+// streams), sent now.
+func (w *world) begin(si int, k int32, seed uint64) int32 {
 	id := w.newRequest()
 	r := &w.reqs[id]
 	r.stream = int32(si)
 	r.arrival = k
 	r.start = w.now
-	r.seed = s.rng.Uint64()
+	r.seed = seed
 	w.tot.requests++
 	w.inFlight++
 	for i := range w.phases {
@@ -485,13 +508,18 @@ func (w *world) arrival(si int) {
 			w.phases[i].requests++
 		}
 	}
+	return id
+}
+
+// route sets the clusters request id tries, in order.
+func (w *world) route(s *stream, id int32) {
+	r := &w.reqs[id]
 	if s.req.MultiCluster.Enabled {
 		r.n = uint8(copy(r.order[:], w.orderFor(s, r.seed)))
 	} else {
 		r.order[0] = uint8(s.cluster)
 		r.n = 1
 	}
-	w.tryNext(id)
 }
 
 // orderFor returns the clusters (indexes) in the order core.OrderClusters
@@ -618,7 +646,11 @@ func (w *world) tryNext(id int32) {
 	}
 	rtt := cl.rtt.next()
 	r.back = rtt - rtt/2
-	w.q.push(event{at: w.now + rtt/2, kind: evReach, id: id})
+	kind := uint8(evReach)
+	if w.loss != nil && w.loss.sending(id, c) {
+		kind = evReplay
+	}
+	w.q.push(event{at: w.now + rtt/2, kind: kind, id: id})
 }
 
 func (cl *cluster) down(t int64) bool {
@@ -720,6 +752,14 @@ func (w *world) writeDone(id int32) {
 		rp.ix.Commit(res, nil)
 		rp.seen[slot] = cl.rev
 		w.propagate(cl, slot, gs, false)
+		if w.loss != nil {
+			ri := int(r.replica)
+			if w.loss.answer(id, slot) {
+				cl.m.Allocated++
+				w.release(cl, ri)
+				return
+			}
+		}
 		s := w.streams[r.stream]
 		w.q.push(event{at: w.now + w.sessionFor(s, r), kind: evSessionEnd, c: r.cluster, id: slot})
 		// Nothing else happens to a success on its way back to the router,
@@ -764,6 +804,9 @@ func (w *world) back(id int32) {
 		r.contention = true
 	case outTimeout:
 		cl.m.Unavailable++
+	case outLost:
+		w.loss.lostBack(id)
+		return
 	}
 	w.tryNext(id)
 }
@@ -772,6 +815,9 @@ func (w *world) back(id int32) {
 // return trip of a success).
 func (w *world) finish(id int32, out int, back int64) {
 	r := &w.reqs[id]
+	if w.loss != nil {
+		w.loss.finished(id, out)
+	}
 	w.inFlight--
 	t := &w.tot
 	switch out {
