@@ -291,7 +291,11 @@ func (b *Backend) allocateClaimed(ctx context.Context, req *core.Request, k keye
 	if b.afterKeyedCommit != nil && b.afterKeyedCommit() {
 		return nil, errors.New("kube: test hook: stopped between allocating and recording")
 	}
-	lost, err := b.recordServer(actx, k, rec, a.GameServer)
+	// The record is written with a bound of its own: a claimant that
+	// overran its claim must still learn whether it was taken over.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KeyClaimTimeout)
+	defer rcancel()
+	lost, err := b.recordServer(rctx, k, rec, a.GameServer)
 	if err != nil {
 		// The allocation stands and the caller gets it; the record stays
 		// pending and a takeover finds the server by its stamp.
@@ -299,10 +303,16 @@ func (b *Backend) allocateClaimed(ctx context.Context, req *core.Request, k keye
 		return a, nil
 	}
 	if lost {
-		// We overran the claim and another replica took the key over:
-		// give this server back and answer as a duplicate would.
+		// We overran the claim and another replica took the key over.
+		// Its search may have found this very server and recorded it:
+		// then it is the key's allocation. Otherwise give it back and
+		// answer as a duplicate would.
 		b.keyMetrics.WithLabelValues("overran").Inc()
-		if _, err := b.Release(actx, a.GameServer.Key(), a.GameServer.LastAllocated()); err != nil && !errors.Is(err, allocator.ErrNotAllocated) {
+		cur, err := b.leases.Leases(b.cfg.KeyNamespace).Get(rctx, k.record, metav1.GetOptions{})
+		if err == nil && cur.Annotations[keyServerAnnotation] == a.GameServer.Namespace+"/"+a.GameServer.Name {
+			return a, nil
+		}
+		if _, err := b.Release(rctx, a.GameServer.Key(), a.GameServer.LastAllocated()); err != nil && !errors.Is(err, allocator.ErrNotAllocated) {
 			b.log.Warn("could not give back a server allocated past its key claim", "server", a.GameServer.Key(), "err", err)
 		}
 		return b.allocateKeyed(ctx, req, k.key, now, seed)

@@ -232,6 +232,39 @@ var _ = Describe("idempotency keys across replicas", func() {
 		Expect(again.Replayed).To(BeTrue())
 	})
 
+	It("lets a claimant that overran its bound keep the server the takeover found, and answer it", func() {
+		ns := newNamespace(ctx)
+		fleet(ns, 4)
+		short := func(c *kube.Config) { c.KeyClaimTimeout = time.Second }
+		slow, survivor := replica(ns, short), replica(ns, short)
+		// The slow replica stalls between its commit and its record until
+		// the survivor has taken the key over and answered.
+		stalled, resume := make(chan struct{}), make(chan struct{})
+		slow.StopAfterKeyedCommit(func() bool { close(stalled); <-resume; return false })
+		type result struct {
+			a   *allocator.Allocation
+			err error
+		}
+		slowDone := make(chan result, 1)
+		go func() {
+			a, err := slow.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 1)
+			slowDone <- result{a, err}
+		}()
+		Eventually(stalled, 30*time.Second).Should(BeClosed())
+		a, err := survivor.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 2)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.Replayed).To(BeTrue(), "the takeover found the slow replica's server")
+		close(resume)
+		var r result
+		Eventually(slowDone, 30*time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.a.GameServer.Name).To(Equal(a.GameServer.Name))
+		Expect(keyEvents(slow, "overran")).To(Equal(1.0))
+		servers := allocatedServers(ns)
+		Expect(servers).To(HaveLen(1), "the server both answered stays Allocated")
+		Expect(servers).To(HaveKey(a.GameServer.Name))
+	})
+
 	It("takes over a dead claim that allocated nothing, and allocates", func() {
 		ns := newNamespace(ctx)
 		fleet(ns, 2)
