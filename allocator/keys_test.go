@@ -307,6 +307,9 @@ type gateBackend struct {
 	calls     atomic.Int32
 	committed chan *core.GameServer
 	hold      func(ctx context.Context)
+	// before, if set, runs before the memory backend is called; an error
+	// is Allocate's answer.
+	before func(ctx context.Context) error
 }
 
 func gate(hold func(ctx context.Context)) (*gateBackend, func(allocator.Backend) allocator.Backend) {
@@ -316,6 +319,11 @@ func gate(hold func(ctx context.Context)) (*gateBackend, func(allocator.Backend)
 
 func (g *gateBackend) Allocate(ctx context.Context, req *core.Request, now time.Time, seed uint64) (*allocator.Allocation, error) {
 	g.calls.Add(1)
+	if g.before != nil {
+		if err := g.before(ctx); err != nil {
+			return nil, err
+		}
+	}
 	a, err := g.Backend.Allocate(ctx, req, now, seed)
 	if err == nil {
 		g.committed <- a.GameServer
@@ -360,6 +368,14 @@ func TestKeyInFlightOnce(t *testing.T) {
 	<-g.committed
 	go send()
 	waitFor(t, "the second request to wait for the first", func() bool { return allocator.KeyWaiters(h.svc) == 1 })
+	// A third whose deadline passes while it waits gives up alone.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := allocation.NewAllocationServiceClient(dev).Allocate(ctx, keyed("match-1"))
+	wantCode(t, err, codes.DeadlineExceeded)
+	waitFor(t, "the service to stop waiting for the third's caller", func() bool {
+		return testutil.ToFloat64(h.svc.Metrics().InFlight) == 2
+	})
 	close(open)
 	x, y := <-answers, <-answers
 	if x.err != nil || y.err != nil {
@@ -605,5 +621,49 @@ func TestCallerThatGivesUp(t *testing.T) {
 		if again.GameServerName != gs.Name || g.calls.Load() != 3 {
 			t.Fatalf("%s: the retry got %s (backend called %d times), want %s replayed", c.name, again.GameServerName, g.calls.Load(), gs.Name)
 		}
+	}
+}
+
+// The first request with a key whose caller goes away before anything is
+// allocated does not take the others with it: a request waiting on the
+// key tries itself, and is allocated.
+func TestKeyWaiterOutlivesAFirstCallerThatLeft(t *testing.T) {
+	g, wrap := gate(func(context.Context) {})
+	var started atomic.Bool
+	g.before = func(ctx context.Context) error {
+		if started.CompareAndSwap(false, true) {
+			<-ctx.Done() // the first caller's allocation waits until it leaves
+			return ctx.Err()
+		}
+		return nil
+	}
+	h := startHarness(t, harnessOpts{wrap: wrap})
+	dev := h.dial(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 1)
+	go func() {
+		_, err := allocation.NewAllocationServiceClient(dev).Allocate(ctx, keyed("match-1"))
+		errs <- err
+	}()
+	waitFor(t, "the first request to reach the backend", func() bool { return g.calls.Load() == 1 })
+	answers := make(chan *allocation.AllocationResponse, 1)
+	go func() {
+		a, err := h.grpcAllocate(dev, keyed("match-1"))
+		if err != nil {
+			t.Error(err)
+		}
+		answers <- a
+	}()
+	waitFor(t, "the second request to wait for the first", func() bool { return allocator.KeyWaiters(h.svc) == 1 })
+	cancel()
+	wantCode(t, <-errs, codes.Canceled)
+	a := <-answers
+	if a == nil {
+		t.FailNow()
+	}
+	gs := <-g.committed
+	if a.GameServerName != gs.Name || h.allocatedServers() != 1 || g.calls.Load() != 2 {
+		t.Fatalf("the waiter got %v; committed %s, %d allocated, %d backend calls", a, gs.Name, h.allocatedServers(), g.calls.Load())
 	}
 }
