@@ -120,10 +120,16 @@ func (r *reconciler) holds(cluster, key string) bool {
 // pendingCount is the number of releases waiting.
 func (r *reconciler) pendingCount() int { return int(r.n.Load()) }
 
-// add queues releases; the worker starts with the first.
+// add queues releases; the worker starts with the first. A forwarder
+// closed (or closing) queues nothing.
 func (r *reconciler) add(hs []heldAt) {
 	now := time.Now()
 	r.mu.Lock()
+	if r.ctx.Err() != nil {
+		r.mu.Unlock()
+		r.f.m.reconciles.WithLabelValues(reconcileGivenUp).Add(float64(len(hs)))
+		return
+	}
 	for _, h := range hs {
 		if len(r.pending) >= r.max {
 			r.f.m.reconciles.WithLabelValues(reconcileGivenUp).Inc()
@@ -136,11 +142,11 @@ func (r *reconciler) add(hs []heldAt) {
 		r.f.m.reconcilePending.Set(float64(r.n.Add(1)))
 		r.f.m.reconciles.WithLabelValues(reconcileQueued).Inc()
 	}
-	r.mu.Unlock()
 	r.started.Do(func() {
 		r.stopped.Add(1)
 		go r.run()
 	})
+	r.mu.Unlock()
 	r.wake()
 }
 
@@ -154,7 +160,9 @@ func (r *reconciler) wake() {
 }
 
 func (r *reconciler) close() {
-	r.stop()
+	r.mu.Lock()
+	r.stop() // under the lock: no add starts the worker after this
+	r.mu.Unlock()
 	r.stopped.Wait()
 }
 
