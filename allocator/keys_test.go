@@ -15,10 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/allocator/forward"
+	"github.com/quartermaster-dev/quartermaster/allocator/memory"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
@@ -666,4 +669,50 @@ func TestKeyWaiterOutlivesAFirstCallerThatLeft(t *testing.T) {
 	if a.GameServerName != gs.Name || h.allocatedServers() != 1 || g.calls.Load() != 2 {
 		t.Fatalf("the waiter got %v; committed %s, %d allocated, %d backend calls", a, gs.Name, h.allocatedServers(), g.calls.Load())
 	}
+}
+
+// localMulti forwards every multi-cluster request to this cluster's own
+// entry (the forwarder's local path), in the request's namespace.
+type localMulti struct{}
+
+func (localMulti) Forward(ctx context.Context, c forward.Call, local forward.Local) (*allocation.AllocationResponse, error) {
+	return local(ctx, &allocation.AllocationRequest{Namespace: c.Decoded.Namespace})
+}
+func (localMulti) Release(context.Context, string, *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "no remotes")
+}
+func (localMulti) Crossed(context.Context) error { return nil }
+func (localMulti) ClusterOf(string) string       { return "" }
+
+// A multi-cluster request with a key that this cluster served is this
+// cluster's server: a duplicate is answered from the server as it stands,
+// so once it is released the key is refused, not answered with the old
+// answer.
+func TestKeyMultiClusterServedHere(t *testing.T) {
+	cfg, err := memory.ParseConfig([]byte(testFleets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := memory.New(cfg, memory.Options{Seed: 1, Clock: memory.NewFakeClock(time.Unix(1_800_000_000, 0))})
+	svc, err := allocator.NewService(allocator.Options{Backend: b, MultiCluster: localMulti{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := keyed("mc-1")
+	req.MultiClusterSetting = &allocation.MultiClusterSetting{Enabled: true}
+	first, err := svc.Allocate(ctx, "dev", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := svc.Allocate(ctx, "dev", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAnswer(t, first, again)
+	if _, err := b.Release(ctx, keyOf("default", first.GameServerName), ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Allocate(ctx, "dev", req)
+	wantCode(t, err, codes.FailedPrecondition)
 }

@@ -383,11 +383,12 @@ func (s *Service) forward(ctx context.Context, identity string, r request, req *
 		in.MultiCluster.Enabled = false
 		l := s.allocateHere(ctx, identity, r, &in, limits, outcome{ns: in.Namespace, key: o.key})
 		o.retries += l.retries
+		resp := l.response()
 		if l.err == nil {
 			o.fleet = l.fleet
 			here = l
 		}
-		return l.response(), l.err
+		return resp, l.err
 	}
 	var memo *forward.Memo
 	if r.prep != nil {
