@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,6 +94,10 @@ type keyed struct {
 	record        string // the record's Lease name
 	fingerprint   string
 	stamp         string // this attempt's allocation stamp (the server's last-allocated)
+	// stamps are the allocation stamps of every claimant of the record so
+	// far, this one's last (comma-separated): a chain of takeovers looks
+	// for a server allocated by any of them.
+	stamps string
 }
 
 // keyRecordName is the Lease name for scope: the backend's watched
@@ -122,6 +127,7 @@ func (b *Backend) allocateKeyed(ctx context.Context, req *core.Request, key stri
 		return nil, fmt.Errorf("idempotency key %q: %w", key, err)
 	}
 	k := keyed{key: key, identity: identity, record: b.keyRecordName(allocator.KeyScope(identity, key)), fingerprint: fp, stamp: stampOf(now)}
+	k.stamps = k.stamp
 	leases := b.leases.Leases(b.cfg.KeyNamespace)
 	wait := keyPollFirst
 	for {
@@ -164,14 +170,16 @@ func (b *Backend) allocateKeyed(ctx context.Context, req *core.Request, key stri
 			case allocated:
 				return b.replay(ctx, k, server)
 			case expired:
-				// The claimant died or overran its bound; it may have
-				// allocated with its own stamp before it stopped.
+				// The claimant died or overran its bound; it (or one it
+				// took over from) may have allocated before it stopped.
 				before := cur.Annotations[keyStampAnnotation]
-				if rec, ok, err := b.takeOver(ctx, k, cur); err != nil {
+				taker := k
+				taker.stamps = before + "," + k.stamp
+				if rec, ok, err := b.takeOver(ctx, taker, cur); err != nil {
 					return nil, err
 				} else if ok {
 					b.keyMetrics.WithLabelValues("taken_over").Inc()
-					return b.allocateClaimed(ctx, req, k, rec, now, seed, before)
+					return b.allocateClaimed(ctx, req, taker, rec, now, seed, before)
 				}
 				continue
 			}
@@ -207,7 +215,7 @@ func (b *Backend) markPending(l *coordinationv1.Lease, k keyed) {
 		l.Annotations = map[string]string{}
 	}
 	l.Annotations[keyFingerprintAnnotation] = k.fingerprint
-	l.Annotations[keyStampAnnotation] = k.stamp
+	l.Annotations[keyStampAnnotation] = k.stamps
 	delete(l.Annotations, keyServerAnnotation)
 	l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}
 }
@@ -243,7 +251,10 @@ func collectable(l *coordinationv1.Lease, now time.Time, window time.Duration) b
 func (b *Backend) takeOver(ctx context.Context, k keyed, cur *coordinationv1.Lease) (*coordinationv1.Lease, bool, error) {
 	l := cur.DeepCopy()
 	b.markPending(l, k)
-	rec, err := b.leases.Leases(b.cfg.KeyNamespace).Update(ctx, l, metav1.UpdateOptions{})
+	// Not cancelled with the caller, as the claim's create is not.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KeyClaimTimeout)
+	defer cancel()
+	rec, err := b.leases.Leases(b.cfg.KeyNamespace).Update(uctx, l, metav1.UpdateOptions{})
 	switch {
 	case err == nil:
 		return rec, true, nil
@@ -259,8 +270,12 @@ func (b *Backend) takeOver(ctx context.Context, k keyed, cur *coordinationv1.Lea
 // claimant allocated with that stamp.
 func (b *Backend) allocateClaimed(ctx context.Context, req *core.Request, k keyed, rec *coordinationv1.Lease, now time.Time, seed uint64, before string) (*allocator.Allocation, error) {
 	if err := ctx.Err(); err != nil {
-		// Gone before anything was allocated: free the key.
-		b.dropRecord(k, rec)
+		// Gone before anything was allocated: free the key, unless it
+		// was taken over from a claimant that may have allocated (the
+		// next takeover looks for that server).
+		if before == "" {
+			b.dropRecord(k, rec)
+		}
 		return nil, err
 	}
 	// Detached from the caller (see the file's comment), bounded by the claim.
@@ -379,9 +394,9 @@ func (b *Backend) replay(ctx context.Context, k keyed, server string) (*allocato
 	return &allocator.Allocation{GameServer: gs, Replayed: true}, nil
 }
 
-// carries: gs is Allocated with k's key for k's identity (and, if stamp is
-// set, by the allocation with that stamp).
-func carries(gs *core.GameServer, k keyed, stamp string) bool {
+// carries: gs is Allocated with k's key for k's identity (and, if stamps
+// is set, by an allocation with one of those comma-separated stamps).
+func carries(gs *core.GameServer, k keyed, stamps string) bool {
 	if gs.State != core.StateAllocated {
 		return false
 	}
@@ -391,13 +406,13 @@ func carries(gs *core.GameServer, k keyed, stamp string) bool {
 	if v, _ := gs.Annotation(allocator.OwnerAnnotation); v != k.identity {
 		return false
 	}
-	return stamp == "" || gs.LastAllocated() == stamp
+	return stamps == "" || slices.Contains(strings.Split(stamps, ","), gs.LastAllocated())
 }
 
 // findKeyed looks on the API server (a consistent List, page by page) for
-// the server in namespace allocated for k with stamp. Only a takeover
+// the server in namespace allocated for k with one of stamps. Only a takeover
 // needs it, so its cost is paid only after a replica died mid-allocation.
-func (b *Backend) findKeyed(ctx context.Context, namespace string, k keyed, stamp string) (*core.GameServer, error) {
+func (b *Backend) findKeyed(ctx context.Context, namespace string, k keyed, stamps string) (*core.GameServer, error) {
 	cont := ""
 	for {
 		opts := metav1.ListOptions{Limit: keyCollectPage, Continue: cont}
@@ -411,7 +426,7 @@ func (b *Backend) findKeyed(ctx context.Context, namespace string, k keyed, stam
 			return nil, err
 		}
 		for i := range l.Items {
-			if gs, err := toCore(&l.Items[i]); err == nil && carries(gs, k, stamp) {
+			if gs, err := toCore(&l.Items[i]); err == nil && carries(gs, k, stamps) {
 				return gs, nil
 			}
 		}

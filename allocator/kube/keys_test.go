@@ -232,6 +232,35 @@ var _ = Describe("idempotency keys across replicas", func() {
 		Expect(again.Replayed).To(BeTrue())
 	})
 
+	It("finds the first claimant's server after a chain of takeovers", func() {
+		ns := newNamespace(ctx)
+		fleet(ns, 4)
+		short := func(c *kube.Config) { c.KeyClaimTimeout = time.Second }
+		first, last := replica(ns, short), replica(ns, short)
+		first.StopAfterKeyedCommit(func() bool { return true })
+		_, err := first.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 1)
+		Expect(err).To(HaveOccurred())
+		// A second replica takes the dead claim over and dies at once,
+		// before its search: its record, written here as it would write
+		// it (its own stamp after the first's, its name, renewed now).
+		cs, err := cluster.Clientset()
+		Expect(err).NotTo(HaveOccurred())
+		recs, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.KeyRecordLabel})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(recs.Items).To(HaveLen(1))
+		rec := recs.Items[0]
+		rec.Annotations["quartermaster.dev/key-allocation-stamp"] += ",2026-11-26T00:00:00.5Z"
+		holder, now := "second-replica", metav1.NewMicroTime(time.Now())
+		rec.Spec.HolderIdentity, rec.Spec.RenewTime = &holder, &now
+		_, err = cs.CoordinationV1().Leases(ns).Update(ctx, &rec, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+
+		a, err := last.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 2)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.Replayed).To(BeTrue(), "the first claimant's server, found by its stamp")
+		Expect(allocatedServers(ns)).To(HaveLen(1))
+	})
+
 	It("lets a claimant that overran its bound keep the server the takeover found, and answer it", func() {
 		ns := newNamespace(ctx)
 		fleet(ns, 4)
