@@ -42,8 +42,9 @@ import (
 //   - it is pending past its claim bound: the claimant died or stalled.
 //     Take it over with an Update on its resourceVersion (one taker wins),
 //     look on the API server for a server the claimant allocated before
-//     recording it (carrying the key and the claimant's allocation stamp),
-//     and only if there is none allocate anew.
+//     recording it (carrying the key and the allocation stamp of that
+//     claimant or of any claimant before it), and only if there is none
+//     allocate anew.
 //
 // Once claimed, an allocation runs to its end even if the caller leaves
 // (bounded by Config.KeyClaimTimeout, not by the caller's context): a write
