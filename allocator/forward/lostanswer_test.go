@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -40,6 +41,8 @@ type keyedRemote struct {
 	made      int
 	onBehalf  []string
 	allocated atomic.Int64 // servers allocated now
+	// failReleases: Release answers Unavailable.
+	failReleases atomic.Bool
 }
 
 func newKeyedRemote(name string) *keyedRemote {
@@ -72,6 +75,9 @@ func (r *keyedRemote) Allocate(_ context.Context, in *allocation.AllocationReque
 }
 
 func (r *keyedRemote) Release(ctx context.Context, in *qmv1.ReleaseRequest) (*qmv1.ReleaseResponse, error) {
+	if r.failReleases.Load() {
+		return nil, status.Error(codes.Unavailable, "releases fail here for now")
+	}
 	key := in.GetAllocationKey()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -490,4 +496,72 @@ func TestNoOwnKeys(t *testing.T) {
 	if n := counterOf(t, reg, "qm_forward_reconciliations_total", "queued"); n != 0 {
 		t.Errorf("%v releases queued for a request without a key", n)
 	}
+}
+
+// A caller's retry with its key, while the release of the allocation a
+// lost answer left in the first cluster is still queued, is not answered
+// with that allocation (it is about to be given back): the first cluster
+// is skipped, and the cluster that served the request answers again with
+// the same server.
+func TestRetryWhileReleasePending(t *testing.T) {
+	pki := newTestPKI(t)
+	first, second := newKeyedRemote("first"), newKeyedRemote("second")
+	link := newLossyLink(t, serveKeyed(t, pki, first))
+	f, _ := keyedForwarder(t, Options{
+		Retries: -1, OwnKeys: true, ReconcileBackoff: time.Hour,
+		Breaker: BreakerOptions{Failures: 100},
+	}, pki.secret(t, "entry"), link.addr(), serveKeyed(t, pki, second))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	keyed := map[string]string{allocationKeyAnnotation: "match-7"}
+	link.lose.Store(true)
+	resp, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
+	if err != nil || resp.GetGameServerName() != "second-gs-1" {
+		t.Fatalf("served %v, %v; want the second cluster's server", resp, err)
+	}
+	lost := first.seen()[1]
+	if !first.holds(lost) || f.rec.pendingCount() != 1 {
+		t.Fatalf("the first cluster holds %v, %d releases queued: the test tested nothing", first.holds(lost), f.rec.pendingCount())
+	}
+	// The first cluster is reachable again and answers, but its release
+	// fails (and waits an hour for the next try): the release stays queued.
+	first.failReleases.Store(true)
+	link.lose.Store(false)
+	waitReady(t, f, link.addr())
+	seen := len(first.seen())
+	again, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
+	if err != nil || again.GetGameServerName() != resp.GetGameServerName() {
+		t.Fatalf("the retry: %v, %v; want %s again", again, err, resp.GetGameServerName())
+	}
+	if n := len(first.seen()); n != seen {
+		t.Errorf("the retry was sent to the first cluster, whose allocation for the key is being released")
+	}
+}
+
+// waitReady waits until the forwarder's connection to endpoint is ready
+// (out of grpc-go's reconnect backoff).
+func waitReady(t *testing.T, f *Forwarder, endpoint string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		f.clients.mu.Lock()
+		var cc *grpc.ClientConn
+		for ref, c := range f.clients.byRef {
+			if ref.endpoint == endpoint {
+				cc = c.cc
+			}
+		}
+		f.clients.mu.Unlock()
+		if cc != nil {
+			cc.Connect()
+			if cc.GetState() == connectivity.Ready {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the connection to %s is not ready", endpoint)
 }
