@@ -56,6 +56,15 @@ type Backend interface {
 	Ready() bool
 }
 
+// StoreReader is a Backend whose Get answers from a cache that may lag
+// its store (the Kubernetes backend's informer, behind another replica's
+// writes). ReadThrough reads one server from the store itself; it returns
+// ErrNotFound when the server does not exist, ErrStoreUnavailable when the
+// store cannot be reached.
+type StoreReader interface {
+	ReadThrough(ctx context.Context, key core.Key) (*core.GameServer, error)
+}
+
 // Allocation is a committed allocation.
 type Allocation struct {
 	GameServer *core.GameServer

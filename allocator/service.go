@@ -258,17 +258,17 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 	if resp, elsewhere, err := s.releaseElsewhere(ctx, identity, in); elsewhere {
 		return resp, err
 	}
-	gs, ok := s.backend.Get(key)
 	// The same answer for "no such server" and "someone else's", so that a
 	// caller cannot probe for others' allocations.
 	notYours := status.Errorf(codes.NotFound, "you hold no allocation of game server %s/%s", key.Namespace, key.Name)
-	if !ok || gs.State != core.StateAllocated {
+	gs, err := s.releasable(ctx, identity, key)
+	if err != nil {
+		return nil, err
+	}
+	if gs == nil {
 		return nil, notYours
 	}
 	owner := gs.Annotations[OwnerAnnotation]
-	if owner != identity && !s.limits.Load().isAdmin(identity) {
-		return nil, notYours
-	}
 	resp, err := s.releaseServer(ctx, gs, notYours)
 	if err == nil {
 		if k, ok := gs.Annotations[AllocationKeyAnnotation]; ok && k != "" {
@@ -276,6 +276,36 @@ func (s *Service) release(ctx context.Context, identity string, in *qmv1.Release
 		}
 	}
 	return resp, err
+}
+
+// releasable is the server key names if identity may release it (it is
+// Allocated, and the caller's or the caller is an admin), else nil. The
+// backend's cache answers first; a backend whose cache may lag its store
+// (StoreReader: another replica's allocation not yet seen) is asked again
+// from the store before the caller is told it holds nothing, since that
+// answer would leave the server Allocated for good.
+func (s *Service) releasable(ctx context.Context, identity string, key core.Key) (*core.GameServer, error) {
+	mayRelease := func(gs *core.GameServer) bool {
+		return gs.State == core.StateAllocated &&
+			(gs.Annotations[OwnerAnnotation] == identity || s.limits.Load().isAdmin(identity))
+	}
+	if gs, ok := s.backend.Get(key); ok && mayRelease(gs) {
+		return gs, nil
+	}
+	sr, ok := s.backend.(StoreReader)
+	if !ok {
+		return nil, nil
+	}
+	gs, err := sr.ReadThrough(ctx, key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, s.allocateStatus(err, &core.Request{Namespace: key.Namespace})
+	case mayRelease(gs):
+		return gs, nil
+	}
+	return nil, nil
 }
 
 // releaseServer gives back gs, allocated as it is now; notYours is the

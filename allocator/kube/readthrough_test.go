@@ -1,0 +1,115 @@
+package kube_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/quartermaster-dev/quartermaster/allocator"
+	"github.com/quartermaster-dev/quartermaster/allocator/kube"
+	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster"
+)
+
+// A release sent to a replica whose cache has not seen the allocation
+// (another replica made it a moment ago) gives the server back: the
+// replica reads the server from the API server before it answers that
+// the caller holds nothing. The second replica here never starts its
+// informer, so its cache is as far behind as a cache can be; the caller's
+// ownership is still checked on what the API server holds.
+func TestReleaseReadsThroughALaggingCache(t *testing.T) {
+	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "kube-release-read-through", EtcdUnsafeNoFsync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "read-through"
+	cs, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := c.Dynamic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
+	for i := range 2 {
+		var obj map[string]any
+		if err := json.Unmarshal(fmt.Appendf(nil, `{
+		  "apiVersion": "agones.dev/v1", "kind": "GameServer",
+		  "metadata": {"name": "gs-%d", "namespace": %q, "labels": {%q: "blue"}},
+		  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
+		    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
+		  "status": {"state": "Ready", "address": "10.0.0.%d", "nodeName": "node-0", "ports": [{"name": "default", "port": 7001}]}}`,
+			i, ns, core.FleetLabel, i+1), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gss.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	service := func(start bool) *allocator.Service {
+		b, err := kube.New(kube.Config{REST: c.RESTConfig(), Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start {
+			if err := b.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		svc, err := allocator.NewService(allocator.Options{Backend: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	made, behind := service(true), service(false)
+	req := &allocation.AllocationRequest{Namespace: ns,
+		GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{core.FleetLabel: "blue"}}}}
+	var names []string
+	for range 2 {
+		resp, err := made.Allocate(ctx, "alice", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, resp.GetGameServerName())
+	}
+
+	// Another caller is refused on what the API server says, as on the
+	// cache: the same NotFound, and the server stays Allocated.
+	_, err = behind.Release(ctx, "mallory", &qmv1.ReleaseRequest{Namespace: ns, GameServerName: names[1]})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("release of alice's server by mallory on the lagging replica: %v, want NotFound", err)
+	}
+	if _, err := behind.Release(ctx, "alice", &qmv1.ReleaseRequest{Namespace: ns, GameServerName: names[0]}); err != nil {
+		t.Fatalf("release on the replica that has not seen the allocation: %v", err)
+	}
+	_, err = behind.Release(ctx, "alice", &qmv1.ReleaseRequest{Namespace: ns, GameServerName: names[0]})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("second release of the same server: %v, want NotFound", err)
+	}
+	left := map[string]string{}
+	l, err := gss.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range l.Items {
+		st, _, _ := unstructured.NestedString(o.Object, "status", "state")
+		left[o.GetName()] = st
+	}
+	if left[names[0]] == string(core.StateAllocated) || left[names[1]] != string(core.StateAllocated) {
+		t.Fatalf("states after the releases: %v; want %s released and %s still Allocated", left, names[0], names[1])
+	}
+}
