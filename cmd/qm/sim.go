@@ -28,7 +28,7 @@ func init() {
 	})
 }
 
-const simUsage = `usage: qm sim FILE [--out results.json] [--quiet] [--cpuprofile FILE]
+const simUsage = `usage: qm sim FILE [--out results.json] [--quiet] [--cpuprofile FILE] [--memprofile FILE]
        qm sim FILE --seeds N [--workers W] [--out spread.json] [--quiet]
        qm sim FILE --seeds N --index I [--out run.json]
        qm sim FILE --seeds N --job-manifest [--image IMAGE] [--job-name NAME] [--out job.yaml]
@@ -76,6 +76,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out := fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
 	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
+	memProfile := fs.String("memprofile", "", "write a heap profile at the end of the run to this file: what is live then (inuse) and what the run allocated (alloc)")
 	seeds := fs.Int("seeds", 1, "run the scenario under this many seeds (its own and the ones after it) and report each figure's spread")
 	workers := fs.Int("workers", runtime.NumCPU(), "with --seeds: runs at once")
 	index := fs.Int("index", -1, "with --seeds N: run only the seed of this index (0..N-1), as one run, for qm sim merge")
@@ -174,6 +175,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	wall := time.Since(start)
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			return err
+		}
+	}
 	if !*quiet {
 		if showProgress && wall >= time.Second {
 			fmt.Fprintln(stderr)
@@ -302,6 +308,21 @@ func startCPUProfile(file string) (func(), error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// writeHeapProfile writes the heap profile as of a collection made now,
+// so that its in-use figures are the live heap at the end of the run.
+func writeHeapProfile(file string) error {
+	runtime.GC()
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return f.Close()
 }
 
 func bounds(c scenarios.Check) string {
