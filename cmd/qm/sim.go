@@ -249,6 +249,11 @@ func printSummary(w io.Writer, rep *scenarios.Report) {
 	}
 	fmt.Fprintf(w, "\n%d requests: success rate %.4f%%, unAllocated %d, contention %d, unavailable %d, deadline exceeded %d, in flight at end %d\n",
 		t.Requests, 100*t.SuccessRate, t.UnAllocated, t.Contention, t.Unavailable, t.DeadlineExceeded, t.InFlight)
+	if l := r.Losses; l != nil {
+		fmt.Fprintf(w, "losses: %d servers leaked (%.1f an hour, %d still Allocated at the end), %d duplicate allocations avoided by keys, %d retries (%d by callers, %d by forwarders); answers lost: %d on links, %d to callers, %d after the caller gave up; %d reconciled\n",
+			l.Leaked, l.LeakedPerHour, l.LeakedAtEnd, l.DuplicatesAvoided, l.Retries, l.CallerRetries, l.ForwardRetries,
+			l.LostOnLinks, l.LostToCallers, l.GaveUp, l.Reconciled)
+	}
 	if len(rep.Expectations) == 0 {
 		return
 	}
