@@ -135,15 +135,17 @@ func (ix *Index) buildKey(b *build, k string) {
 		}
 		key := groupKey{e.gs.Namespace, e.gs.State, k, v}
 		g := ix.groups[key]
-		if g == nil {
-			if ix.keyGroups[k] >= maxGroupsPerKey {
+		if g == nil || g.kept {
+			if ix.keyGroups[k]-ix.keptEmpty[k] >= maxGroupsPerKey {
 				// Too many values: filter instead (untrack ends
 				// this build).
 				ix.unindexed[k] = true
 				ix.untrack(k)
 				return
 			}
-			g = ix.group(key)
+			if g == nil {
+				g = ix.group(key)
+			}
 		}
 		ix.join(e, g)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -80,6 +81,18 @@ func checkGroups(t *testing.T, ix *Index) {
 		}
 		checkGroupLinks(t, ix, g)
 	}
+	groups, kept := map[string]int{}, map[string]int{}
+	for key, g := range ix.groups {
+		if key.label != "" {
+			groups[key.label]++
+			if g.kept {
+				kept[key.label]++
+			}
+		}
+	}
+	if !maps.Equal(groups, ix.keyGroups) || !maps.Equal(kept, ix.keptEmpty) {
+		t.Errorf("groups per key %v, counted %v; kept %v, counted %v", groups, ix.keyGroups, kept, ix.keptEmpty)
+	}
 	// A node out of the index (no server left on it) is in no group that
 	// is not ordered; an ordered group holds it only to drop it when it
 	// re-sorts it.
@@ -100,6 +113,11 @@ func checkGroupLinks(t *testing.T, ix *Index, g *group) {
 	t.Helper()
 	if g.dropped {
 		t.Errorf("group %+v is in the index but dropped", g.key)
+	}
+	// An empty label group is kept only for its other-state group's
+	// servers.
+	if empty := len(g.all) == 0 && g.key.label != ""; empty != g.kept || g.kept && (g.other == nil || len(g.other.all) == 0) {
+		t.Errorf("group %+v: %d members, kept %v, other-state group %v", g.key, len(g.all), g.kept, g.other != nil)
 	}
 	for i, gn := range g.nodes {
 		if gn.g != g || gn.groupPos != i {

@@ -75,6 +75,9 @@ type Index struct {
 	// keyGroups is how many groups each tracked key has; unindexed are
 	// keys dropped for having too many values (served by filtering).
 	keyGroups map[string]int
+	// keptEmpty is how many of a key's groups are kept (see group.kept):
+	// the bound on a key's groups counts the others.
+	keptEmpty map[string]int
 	unindexed map[string]bool
 	// keyBuilds and baseBuilds are the label keys' and base groups' builds
 	// under way (build.go): their structures are live but not yet complete.
@@ -186,6 +189,13 @@ type group struct {
 	// from the ones it leaves, without hashing their keys.
 	dropped bool
 	other   *group
+	// kept says the label group is empty and kept for its other-state
+	// group's servers, which come back to this state one by one: a Ready
+	// group of a fleet allocated to the last server would otherwise be
+	// dropped at every allocation and made anew, its order included, at
+	// every server's return. It counts as absent: for the bound on a key's
+	// groups, and to driverGroup. Dropped with its other-state group.
+	kept bool
 	// ordered says the group keeps its nodes in Packed order. It starts
 	// false and turns true on the first Packed query; until then node
 	// count changes do not touch the group at all (a group served only
@@ -223,6 +233,7 @@ func NewIndex() *Index {
 		// building one.
 		labelKeys:    []string{FleetLabel},
 		keyGroups:    map[string]int{},
+		keptEmpty:    map[string]int{},
 		unindexed:    map[string]bool{},
 		keyBuilds:    map[string]*build{},
 		baseBuilds:   map[groupKey]*build{},
@@ -799,12 +810,14 @@ func (ix *Index) link(e *entry, was []*group) {
 		}
 		key := groupKey{gs.Namespace, gs.State, k, v}
 		g := ix.lookup(key, was)
-		if g == nil {
-			if ix.keyGroups[k] >= maxGroupsPerKey {
+		if g == nil || g.kept {
+			if ix.keyGroups[k]-ix.keptEmpty[k] >= maxGroupsPerKey {
 				overflow = k
 				continue
 			}
-			g = ix.group(key)
+			if g == nil {
+				g = ix.group(key)
+			}
 		}
 		ix.join(e, g)
 	}
@@ -909,6 +922,14 @@ func (ix *Index) group(k groupKey) *group {
 	return g
 }
 
+func (ix *Index) moveKept(label string, delta int) {
+	if n := ix.keptEmpty[label] + delta; n > 0 {
+		ix.keptEmpty[label] = n
+	} else {
+		delete(ix.keptEmpty, label)
+	}
+}
+
 // dropGroup forgets an empty group: its nodes stop pointing at it, and a
 // scan that still holds it (see scanPick) finds nothing in it.
 func (ix *Index) dropGroup(g *group) {
@@ -925,8 +946,15 @@ func (ix *Index) dropGroup(g *group) {
 		ix.endBaseBuild(g.key)
 	}
 	g.dropped = true
-	if g.other != nil {
-		g.other.other, g.other = nil, nil
+	if g.kept {
+		g.kept = false
+		ix.moveKept(g.key.label, -1)
+	}
+	if o := g.other; o != nil {
+		o.other, g.other = nil, nil
+		if o.kept {
+			ix.dropGroup(o) // kept for g's servers, which are gone
+		}
 	}
 	for len(g.nodes) > 0 {
 		g.dropNode(g.nodes[len(g.nodes)-1])
@@ -937,6 +965,10 @@ func (ix *Index) dropGroup(g *group) {
 }
 
 func (ix *Index) join(e *entry, g *group) {
+	if g.kept {
+		g.kept = false
+		ix.moveKept(g.key.label, -1)
+	}
 	var gn *groupNode
 	for _, x := range e.node.gns {
 		if x.g == g {
@@ -1005,9 +1037,14 @@ func (ix *Index) leave(e *entry, m membership) {
 		}
 	}
 	if last == 0 && g.key.label != "" {
-		// A label group exists only while someone is in it: link makes
-		// it again for the next member.
-		ix.dropGroup(g)
+		// A label group exists only while someone is in it (link makes
+		// it again for the next member), or its other-state group.
+		if o := g.other; o != nil && len(o.all) > 0 {
+			g.kept = true
+			ix.moveKept(g.key.label, +1)
+		} else {
+			ix.dropGroup(g)
+		}
 	}
 }
 
@@ -1109,7 +1146,7 @@ func (ix *Index) driverGroup(ns string, sel *Selector) (*group, *build) {
 		}
 		// A tracked key's groups hold all of its servers: none, none here.
 		g := ix.groups[groupKey{ns, st, k, v}]
-		if g == nil {
+		if g == nil || g.kept {
 			return nil, nil
 		}
 		// Smallest group first; ties by label key so that the choice (and
@@ -1166,8 +1203,8 @@ func (ix *Index) choose(ctx context.Context, req *Request, sel *Selector, r *rng
 			if err := ix.yield(ctx); err != nil {
 				return nil, err
 			}
-			if ix.groups[g.key] != g {
-				return ix.choose(ctx, req, sel, r, spent) // dropped meanwhile
+			if ix.groups[g.key] != g || g.kept {
+				return ix.choose(ctx, req, sel, r, spent) // dropped (or emptied) meanwhile
 			}
 		}
 	}
