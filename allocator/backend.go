@@ -65,6 +65,15 @@ type StoreReader interface {
 	ReadThrough(ctx context.Context, key core.Key) (*core.GameServer, error)
 }
 
+// KeyReader is a Backend that records idempotency keys in its store, so
+// that a replica can find the allocation another replica made with a key
+// (a Release by key sent to a replica that neither made it nor has seen
+// it). ReadKeyed returns the server Allocated to identity with key as the
+// store has it, or nil when the store holds none.
+type KeyReader interface {
+	ReadKeyed(ctx context.Context, identity, key string) (*core.GameServer, error)
+}
+
 // Allocation is a committed allocation.
 type Allocation struct {
 	GameServer *core.GameServer

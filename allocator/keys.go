@@ -193,6 +193,13 @@ func (s *Service) releaseByKey(ctx context.Context, identity string, in *qmv1.Re
 	if gs == nil {
 		gs = s.findKeyed(identity, key, ns)
 	}
+	if kr, ok := s.backend.(KeyReader); ok && gs == nil {
+		// Made on another replica, and not yet in this one's cache.
+		var err error
+		if gs, err = kr.ReadKeyed(ctx, identity, key); err != nil {
+			return nil, s.allocateStatus(err, &core.Request{Namespace: ns})
+		}
+	}
 	if gs == nil {
 		s.keys.released(scope, s.now())
 		return nil, notHeld

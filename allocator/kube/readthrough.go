@@ -2,8 +2,11 @@ package kube
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/core"
@@ -23,4 +26,37 @@ func (b *Backend) ReadThrough(ctx context.Context, k core.Key) (*core.GameServer
 		return nil, storeError("reading", k, err)
 	}
 	return toCore(cur)
+}
+
+var _ allocator.KeyReader = (*Backend)(nil)
+
+// ReadKeyed finds the server allocated to identity with key through the
+// key's record on the API server and the server it names, read from the
+// API server too: a replica asked to release by key what another replica
+// allocated a moment ago has neither in its cache nor its table.
+func (b *Backend) ReadKeyed(ctx context.Context, identity, key string) (*core.GameServer, error) {
+	k := keyed{key: key, identity: identity, record: b.keyRecordName(allocator.KeyScope(identity, key))}
+	rec, err := b.leases.Leases(b.cfg.KeyNamespace).Get(ctx, k.record, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, b.keyStoreError("reading", k, err)
+	}
+	server, ok := rec.Annotations[keyServerAnnotation]
+	ns, name, named := strings.Cut(server, "/")
+	if !ok || !named {
+		return nil, nil // pending, or a record of no server
+	}
+	gs, err := b.ReadThrough(ctx, core.Key{Namespace: ns, Name: name})
+	if errors.Is(err, allocator.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !carries(gs, k, "") {
+		return nil, nil
+	}
+	return gs, nil
 }

@@ -44,7 +44,7 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
-	for i := range 2 {
+	for i := range 3 {
 		var obj map[string]any
 		if err := json.Unmarshal(fmt.Appendf(nil, `{
 		  "apiVersion": "agones.dev/v1", "kind": "GameServer",
@@ -60,7 +60,7 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 		}
 	}
 	service := func(start bool) *allocator.Service {
-		b, err := kube.New(kube.Config{REST: c.RESTConfig(), Namespace: ns})
+		b, err := kube.New(kube.Config{REST: c.RESTConfig(), Namespace: ns, KeyNamespace: ns})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,6 +100,24 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("second release of the same server: %v, want NotFound", err)
 	}
+
+	// By idempotency key: the lagging replica has neither the server in its
+	// cache nor the key in its table; the key's record names the server.
+	keyed := &allocation.AllocationRequest{Namespace: ns,
+		Metadata:            &allocation.MetaPatch{Annotations: map[string]string{allocator.AllocationKeyAnnotation: "match-7"}},
+		GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{core.FleetLabel: "blue"}}}}
+	resp, err := made.Allocate(ctx, "alice", keyed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = append(names, resp.GetGameServerName())
+	if _, err := behind.Release(ctx, "mallory", &qmv1.ReleaseRequest{Namespace: ns, AllocationKey: "match-7"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("release of alice's key by mallory on the lagging replica: %v, want NotFound", err)
+	}
+	if _, err := behind.Release(ctx, "alice", &qmv1.ReleaseRequest{Namespace: ns, AllocationKey: "match-7"}); err != nil {
+		t.Fatalf("release by key on the replica that has not seen the allocation: %v", err)
+	}
+
 	left := map[string]string{}
 	l, err := gss.List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -109,7 +127,7 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 		st, _, _ := unstructured.NestedString(o.Object, "status", "state")
 		left[o.GetName()] = st
 	}
-	if left[names[0]] == string(core.StateAllocated) || left[names[1]] != string(core.StateAllocated) {
-		t.Fatalf("states after the releases: %v; want %s released and %s still Allocated", left, names[0], names[1])
+	if left[names[0]] == string(core.StateAllocated) || left[names[1]] != string(core.StateAllocated) || left[names[2]] == string(core.StateAllocated) {
+		t.Fatalf("states after the releases: %v; want %s and %s released, %s still Allocated", left, names[0], names[2], names[1])
 	}
 }
