@@ -307,7 +307,7 @@ func TestMultiClusterKubernetes(t *testing.T) {
 		p := startQM(t, "serve", "--backend", "kubernetes", "--kubeconfig", c.KubeconfigPath(),
 			"--addr", addr, "--http-addr", "", "--log-format", "json", "--cluster-name", name,
 			"--tls-dir", filepath.Join(certsDir, "server"), "--client-ca-dir", filepath.Join(certsDir, "client-ca"),
-			"--forward-timeout", "5s", "--ready-file", ready)
+			"--forward-timeout", "5s", "--forward-own-keys", "--ready-file", ready)
 		waitReady(t, p, ready)
 		return p
 	}
@@ -377,6 +377,13 @@ func TestMultiClusterKubernetes(t *testing.T) {
 			onAPIServer(cb, r.GameServerName, "forwarder")
 			if _, err := ca.Kubectl(ctx, "get", "gameserver", r.GameServerName, "-n", "default"); err == nil {
 				t.Fatalf("gameserver %s answered by b also exists on a", r.GameServerName)
+			}
+			// --forward-own-keys: the caller sent no key, a's forwarder
+			// gave the request one, and it landed on b's server.
+			out, err := cb.Kubectl(ctx, "get", "gameserver", r.GameServerName, "-n", "default", "-o",
+				`jsonpath={.metadata.annotations.quartermaster\.dev/allocation-key}`)
+			if err != nil || len(out) == 0 {
+				t.Fatalf("gameserver %s on b carries no idempotency key with --forward-own-keys: %v %q", r.GameServerName, err, out)
 			}
 			break
 		}

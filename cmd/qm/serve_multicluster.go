@@ -22,6 +22,7 @@ type multiClusterFlags struct {
 	forwardTimeout time.Duration
 	clusterName    string
 	breaker        forward.BreakerOptions
+	ownKeys        bool
 
 	// kubeREST is set by the kubernetes backend: without --policies, the
 	// policies and Secrets then come from its API server.
@@ -32,6 +33,7 @@ type multiClusterFlags struct {
 func (m *multiClusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.policies, "policies", "", "multi-cluster policies: a YAML file (or a directory of manifests) of multicluster.agones.dev/v1 GameServerAllocationPolicy objects and the v1 Secrets they name, re-read every 2s. Without it, --backend kubernetes watches the API server's policies and Secrets, and the memory backend refuses multiClusterSetting.enabled")
 	fs.DurationVar(&m.forwardTimeout, "forward-timeout", forward.DefaultTryTimeout, "bound on one forwarded call to a remote allocator (the caller's deadline bounds the whole request)")
+	fs.BoolVar(&m.ownKeys, "forward-own-keys", false, "give a forwarded request that came without an idempotency key one of this allocator's own, so that a lost answer to it is retried and its allocation given back like a keyed request's, at the cost of the remote's keyed path on every forwarded request")
 	fs.StringVar(&m.clusterName, "cluster-name", "", "this allocator's name in forwarded calls' hop list, for loop refusal (default: a random one per process; give replicas of one cluster the same)")
 	// A live scenario run at time scale N divides these by N with the rest
 	// of the scenario's timeline.
@@ -64,7 +66,7 @@ func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg pro
 	store := forward.NewStore(file.Set)
 	fwd, err := forward.New(forward.Options{
 		Source: store, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
-		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys,
 	})
 	if err != nil {
 		return nil, err
@@ -86,7 +88,7 @@ func (m *multiClusterFlags) startKube(ctx context.Context, log *slog.Logger, reg
 	}
 	fwd, err := forward.New(forward.Options{
 		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
-		UnallocatedCode: unallocated, Logger: log, Registerer: reg,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys,
 	})
 	if err != nil {
 		return nil, err
