@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -306,21 +305,14 @@ func runPlanMerge(args []string, stdout, stderr io.Writer) error {
 	}
 	var reps []*plan.PointReport
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		rep, err := firstJSONDocument[plan.PointReport](f, "a plan's point")
 		if err != nil {
 			return err
-		}
-		var rep plan.PointReport
-		// The first JSON document; a pod's log may go on after it.
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rep); err != nil {
-			return fmt.Errorf("%s: not a plan's point: %w", f, err)
 		}
 		if rep.Kind != plan.PointKind {
 			return fmt.Errorf("%s: not a plan's point (kind %q); qm plan --index writes one", f, rep.Kind)
 		}
-		reps = append(reps, &rep)
+		reps = append(reps, rep)
 	}
 	res, err := plan.Merge(reps)
 	var u *plan.Unsettled

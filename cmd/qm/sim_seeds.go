@@ -68,20 +68,14 @@ func runSimMerge(args []string, stdout, stderr io.Writer) error {
 	}
 	var reps []*scenarios.Report
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		rep, err := firstJSONDocument[scenarios.Report](f, "a qm sim report")
 		if err != nil {
 			return err
-		}
-		var rep scenarios.Report
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&rep); err != nil {
-			return fmt.Errorf("%s: not a qm sim report: %w", f, err)
 		}
 		if rep.Kind != "SimulationReport" || rep.Results == nil {
 			return fmt.Errorf("%s: not a qm sim report (kind %q); qm sim --out writes one", f, rep.Kind)
 		}
-		reps = append(reps, &rep)
+		reps = append(reps, rep)
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].Results.Seed < reps[j].Results.Seed })
 	res, err := plan.MergeSeeds(reps)
@@ -178,4 +172,21 @@ func printSpread(w io.Writer, res *plan.SeedRuns, failed []string) {
 	} else {
 		fmt.Fprintln(w, "FAIL")
 	}
+}
+
+// firstJSONDocument reads the first JSON document of file as a T, refusing
+// fields T does not have: an index's result, written by --out or read off
+// its pod's log (which may go on after it). what names T in the error.
+func firstJSONDocument[T any](file, what string) (*T, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var v T
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: not %s: %w", file, what, err)
+	}
+	return &v, nil
 }
