@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"maps"
 
 	"google.golang.org/grpc/codes"
@@ -79,7 +80,7 @@ func (s *Service) allocateKeyed(ctx context.Context, identity string, r request,
 			o.err = keyReleasedError(key)
 			return o
 		case v.state == keyAllocated:
-			return s.replay(identity, key, scope, v, o)
+			return s.replay(ctx, identity, key, scope, v, o)
 		case !v.retry:
 			// The first request's failure is this one's answer too.
 			o.err = v.err
@@ -121,14 +122,14 @@ func (s *Service) allocateFirst(ctx context.Context, identity string, r request,
 // replay answers a request whose key's allocation v was made before: the
 // server as it is now, if the allocation stands; a forwarded request's
 // answer as the other cluster gave it.
-func (s *Service) replay(identity, key, scope string, v keyView, o outcome) outcome {
+func (s *Service) replay(ctx context.Context, identity, key, scope string, v keyView, o outcome) outcome {
 	if v.resp != nil {
 		s.metrics.KeyReplays.Inc()
 		o.resp, o.replayed = v.resp, true
 		o.fleet = v.resp.GetMetadata().GetLabels()[core.FleetLabel]
 		return o
 	}
-	gs := s.keyServer(identity, key, v.server)
+	gs := s.keyServer(ctx, identity, key, v.server)
 	if gs == nil {
 		s.keys.released(scope, s.now())
 		s.metrics.KeyReleased.Inc()
@@ -187,7 +188,7 @@ func (s *Service) releaseByKey(ctx context.Context, identity string, in *qmv1.Re
 			}
 			return resp, err
 		case v.state == keyAllocated:
-			gs = s.keyServer(identity, key, v.server)
+			gs = s.keyServer(ctx, identity, key, v.server)
 		}
 	}
 	if gs == nil {
@@ -226,9 +227,22 @@ func (s *Service) releaseElsewhereOrNot(ctx context.Context, identity string, in
 // keyServer is server if it still holds identity's allocation made with
 // key: Allocated, owned by identity and carrying key. A released server
 // is shut down, never Allocated again, so this is that allocation (or a
-// re-allocation of it by its owner under the same key).
-func (s *Service) keyServer(identity, key string, server core.Key) *core.GameServer {
+// re-allocation of it by its owner under the same key). A backend whose
+// cache may lag its store (StoreReader) is read through: another replica
+// may have released the server a moment ago, and a replay of a released
+// server would send the caller to one that is shutting down. Only
+// repeated keys pay for that read; when the store cannot be reached the
+// cache answers.
+func (s *Service) keyServer(ctx context.Context, identity, key string, server core.Key) *core.GameServer {
 	gs, ok := s.backend.Get(server)
+	if sr, isReader := s.backend.(StoreReader); isReader {
+		switch fresh, err := sr.ReadThrough(ctx, server); {
+		case err == nil:
+			gs, ok = fresh, true
+		case errors.Is(err, ErrNotFound):
+			return nil
+		}
+	}
 	if !ok || !holdsKey(gs, identity, key) {
 		return nil
 	}

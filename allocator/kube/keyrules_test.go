@@ -29,33 +29,7 @@ func TestKeyRulesKube(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "key-rules"
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dc, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
-	for i := range 12 {
-		var obj map[string]any
-		if err := json.Unmarshal(fmt.Appendf(nil, `{
-		  "apiVersion": "agones.dev/v1", "kind": "GameServer",
-		  "metadata": {"name": "gs-%02d", "namespace": %q, "labels": {%q: "green"}},
-		  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
-		    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
-		  "status": {"state": "Ready", "address": "10.0.0.%d", "nodeName": "node-%d", "ports": [{"name": "default", "port": 7001}],
-		    "counters": {"rooms": {"count": 0, "capacity": 4}}}}`, i, ns, core.FleetLabel, i+1, i%3), &obj); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := gss.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	readyGameServers(ctx, t, c, ns, "green", 12)
 	var backends []*kube.Backend
 	var services []*allocator.Service
 	for range 3 {
@@ -108,4 +82,38 @@ func TestKeyRulesKube(t *testing.T) {
 			}
 		},
 	})
+}
+
+// readyGameServers creates namespace ns on c's API server and n Ready
+// GameServers of fleet in it (gs-00, gs-01, ...), each with a "rooms"
+// counter of capacity 4, spread over three nodes.
+func readyGameServers(ctx context.Context, t *testing.T, c *kindcluster.Cluster, ns, fleet string, n int) {
+	t.Helper()
+	cs, err := c.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := c.Dynamic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
+	for i := range n {
+		var obj map[string]any
+		if err := json.Unmarshal(fmt.Appendf(nil, `{
+		  "apiVersion": "agones.dev/v1", "kind": "GameServer",
+		  "metadata": {"name": "gs-%02d", "namespace": %q, "labels": {%q: %q}},
+		  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
+		    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
+		  "status": {"state": "Ready", "address": "10.0.0.%d", "nodeName": "node-%d", "ports": [{"name": "default", "port": 7001}],
+		    "counters": {"rooms": {"count": 0, "capacity": 4}}}}`, i, ns, core.FleetLabel, fleet, i+1, i%3), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gss.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

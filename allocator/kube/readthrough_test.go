@@ -2,14 +2,11 @@ package kube_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -32,33 +29,12 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "read-through"
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	readyGameServers(ctx, t, c, ns, "blue", 3)
 	dc, err := c.Dynamic()
 	if err != nil {
 		t.Fatal(err)
 	}
 	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
-	for i := range 3 {
-		var obj map[string]any
-		if err := json.Unmarshal(fmt.Appendf(nil, `{
-		  "apiVersion": "agones.dev/v1", "kind": "GameServer",
-		  "metadata": {"name": "gs-%d", "namespace": %q, "labels": {%q: "blue"}},
-		  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
-		    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
-		  "status": {"state": "Ready", "address": "10.0.0.%d", "nodeName": "node-0", "ports": [{"name": "default", "port": 7001}]}}`,
-			i, ns, core.FleetLabel, i+1), &obj); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := gss.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	service := func(start bool) *allocator.Service {
 		b, err := kube.New(kube.Config{REST: c.RESTConfig(), Namespace: ns, KeyNamespace: ns})
 		if err != nil {
@@ -116,6 +92,11 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 	}
 	if _, err := behind.Release(ctx, "alice", &qmv1.ReleaseRequest{Namespace: ns, AllocationKey: "match-7"}); err != nil {
 		t.Fatalf("release by key on the replica that has not seen the allocation: %v", err)
+	}
+	// The replica that made it still has the key in its table, and may
+	// not have seen the release yet: it reads the server through.
+	if _, err := made.Allocate(ctx, "alice", keyed); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the released key sent again to the replica that made it: %v, want FailedPrecondition", err)
 	}
 
 	left := map[string]string{}
