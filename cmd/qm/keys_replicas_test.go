@@ -36,7 +36,13 @@ import (
 // end, as a matchmaker that cares would. Then the callers' answers are
 // compared with the GameServer objects on the API server: every key
 // answered one server, no two keys share one, and the Allocated servers are
-// exactly those some caller was told about.
+// exactly those some caller was told about, but for one kind: a request
+// without a key whose caller gave up while the answer was on its way back
+// (the server committed and answered before it could see the cancel). No
+// allocator can tell that answer was never read; only a key closes it. So
+// requests without a key use a fleet of their own, and the servers
+// Allocated there that no caller knows of may be at most the answers the
+// replicas sent for that fleet (their metrics) that no caller received.
 func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real kube-apiserver and three qm serve processes")
@@ -44,7 +50,8 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 	const (
 		keys     = 100 // each sent twice
 		unkeyed  = 40
-		servers  = keys + unkeyed + 40
+		servers  = keys + 40    // for keyed requests, fleet green
+		loose    = unkeyed + 20 // for requests without a key, fleet blue
 		workers  = 24
 		maxDelay = 150 * time.Millisecond // of a duplicate sent later
 		maxAbort = 60 * time.Millisecond  // a cancelled request's life
@@ -58,8 +65,12 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	gsClient := gss.Resource(kube.GameServerResource).Namespace("default")
-	for i := range servers {
-		if _, err := gsClient.Create(ctx, readyGameServer(t, fmt.Sprintf("gs-%03d", i)), metav1.CreateOptions{}); err != nil {
+	for i := range servers + loose {
+		name, fleet := fmt.Sprintf("gs-%03d", i), "green"
+		if i >= servers {
+			name, fleet = fmt.Sprintf("loose-%03d", i-servers), "blue"
+		}
+		if _, err := gsClient.Create(ctx, readyGameServer(t, name, fleet), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,10 +84,13 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	var clients []allocation.AllocationServiceClient
+	var httpAddrs []string
 	for i := range 3 {
 		ready := filepath.Join(t.TempDir(), "ready.json")
 		startQM(t, kubeServeArgs(c.KubeconfigPath(), state, "--lease-namespace", "default", "--ready-file", ready)...)
-		addr := waitReadyFile(t, ready)
+		addrs := waitReadyFile(t, ready)
+		addr := addrs["grpc"]
+		httpAddrs = append(httpAddrs, addrs["http"])
 		tlsCfg, err := mtls.ClientConfigFromDir(certDir, "alice")
 		if err != nil {
 			t.Fatal(err)
@@ -100,8 +114,12 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var history []answer
 	send := func(replica int, key string, abort bool, rng *rand.Rand) {
+		fleet := "green"
+		if key == "" {
+			fleet = "blue"
+		}
 		req := &allocation.AllocationRequest{Namespace: "default",
-			GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{core.FleetLabel: "green"}}}}
+			GameServerSelectors: []*allocation.GameServerSelector{{MatchLabels: map[string]string{core.FleetLabel: fleet}}}}
 		if key != "" {
 			req.Metadata = &allocation.MetaPatch{Annotations: map[string]string{allocator.AllocationKeyAnnotation: key}}
 		}
@@ -221,7 +239,7 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 	// The API server's view, once the replicas have given back what
 	// cancelled requests without a key left behind.
 	var allocated map[string]string
-	var extra, missing []string
+	var extra, unread, missing []string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		allocated = map[string]string{}
@@ -234,9 +252,12 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 				allocated[u.GetName()] = u.GetAnnotations()[allocator.AllocationKeyAnnotation]
 			}
 		}
-		extra, missing = nil, nil
+		extra, unread, missing = nil, nil, nil
 		for name, key := range allocated {
-			if k, ok := known[name]; !ok || k != key {
+			switch k, ok := known[name]; {
+			case !ok && key == "":
+				unread = append(unread, name)
+			case !ok || k != key:
 				extra = append(extra, fmt.Sprintf("%s (key %q)", name, key))
 			}
 		}
@@ -245,7 +266,7 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 				missing = append(missing, name)
 			}
 		}
-		if len(extra) == 0 && len(missing) == 0 || time.Now().After(deadline) {
+		if len(extra) == 0 && len(unread) == 0 && len(missing) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -258,35 +279,46 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("%d servers answered but not Allocated: %v", len(missing), missing)
 	}
-	if got, want := len(allocated), keys+unkeyedOK; got != want {
-		t.Errorf("%d servers Allocated, want %d: one per key and one per unkeyed answer", got, want)
+	var sent int64
+	for _, a := range httpAddrs {
+		sent += allocationsOK(t, a, `fleet="blue"`)
 	}
-	t.Logf("%d answers (%d cancelled, %d failed, %d keys retried at the end); %d keys and %d unkeyed requests answered; %d servers Allocated",
-		len(history), cancelled, failed, retried, len(byKey), unkeyedOK, len(allocated))
+	inFlight := sent - int64(unkeyedOK)
+	sort.Strings(unread)
+	if int64(len(unread)) > inFlight {
+		t.Errorf("%d servers Allocated without a key that no caller knows of, but only %d answers without a key were sent and not received (a cancelled allocation not given back): %v",
+			len(unread), inFlight, unread)
+	}
+	if got, want := len(allocated), keys+unkeyedOK+len(unread); got != want {
+		t.Errorf("%d servers Allocated, want %d: one per key, one per unkeyed answer, %d answers lost on their way", got, want, len(unread))
+	}
+	t.Logf("%d answers (%d cancelled, %d failed, %d keys retried at the end); %d keys and %d unkeyed requests answered (%d sent); %d servers Allocated, %d of them answers lost on their way",
+		len(history), cancelled, failed, retried, len(byKey), unkeyedOK, sent, len(allocated), len(unread))
 }
 
 // readyGameServer is a Ready GameServer of fleet green in namespace default.
-func readyGameServer(t *testing.T, name string) *unstructured.Unstructured {
+func readyGameServer(t *testing.T, name, fleet string) *unstructured.Unstructured {
 	t.Helper()
 	var obj map[string]any
 	if err := json.Unmarshal([]byte(fmt.Sprintf(`{
 	  "apiVersion": "agones.dev/v1", "kind": "GameServer",
-	  "metadata": {"name": %q, "namespace": "default", "labels": {"agones.dev/fleet": "green"}},
+	  "metadata": {"name": %q, "namespace": "default", "labels": {"agones.dev/fleet": %q}},
 	  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
 	    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
-	  "status": {"state": "Ready", "address": "10.0.0.7", "nodeName": "node-1", "ports": [{"name": "default", "port": 7001}]}}`, name)), &obj); err != nil {
+	  "status": {"state": "Ready", "address": "10.0.0.7", "nodeName": "node-1", "ports": [{"name": "default", "port": 7001}]}}`, name, fleet)), &obj); err != nil {
 		t.Fatal(err)
 	}
 	return &unstructured.Unstructured{Object: obj}
 }
 
-// waitReadyFile waits for qm serve's --ready-file and returns its gRPC address.
-func waitReadyFile(t *testing.T, path string) string {
+// waitReadyFile waits for qm serve's --ready-file and returns its
+// addresses ("grpc", "http", ...).
+func waitReadyFile(t *testing.T, path string) map[string]string {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var addrs map[string]string
 		if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &addrs) == nil && addrs["grpc"] != "" {
-			return addrs["grpc"]
+			return addrs
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no ready file %s within 30s", path)

@@ -59,8 +59,9 @@ func serveForLoad(t *testing.T) (addrs map[string]string, certsDir string, pid i
 	}
 }
 
-// allocationsOK reads the server's own count of successful allocations.
-func allocationsOK(t *testing.T, httpAddr string) int64 {
+// allocationsOK reads the server's own count of successful allocations,
+// of the series carrying every one of labels (`fleet="blue"`), if any.
+func allocationsOK(t *testing.T, httpAddr string, labels ...string) int64 {
 	t.Helper()
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -71,7 +72,7 @@ func allocationsOK(t *testing.T, httpAddr string) int64 {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		l := sc.Text()
-		if strings.HasPrefix(l, "qm_allocator_allocations_total{") && strings.Contains(l, `code="OK"`) {
+		if strings.HasPrefix(l, "qm_allocator_allocations_total{") && strings.Contains(l, `code="OK"`) && containsAll(l, labels) {
 			f := strings.Fields(l)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)
 			if err != nil {
@@ -81,6 +82,15 @@ func allocationsOK(t *testing.T, httpAddr string) int64 {
 		}
 	}
 	return n
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 func runLoadCmd(t *testing.T, args ...string) (string, string, error) {
