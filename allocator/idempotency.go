@@ -178,13 +178,6 @@ func (t *keyTable) view(e *keyEntry) keyView {
 	return keyView{state: e.state, server: e.server, resp: e.resp, err: e.err, retry: e.retry}
 }
 
-// len is how many entries are remembered.
-func (t *keyTable) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.entries)
-}
-
 // expire forgets the entries whose window has passed. Entries are in the
 // order of their last change, so it stops at the first that has not; a
 // pending entry (at the front only while its allocation runs) stops it too,
