@@ -473,6 +473,5 @@ type NormalDist struct {
 	Stddev Duration `yaml:"stddev" json:"stddev"`
 }
 
-// Duration is a time.Duration written as Go writes one ("1h30m", "250ms"),
-// the same type every versioned file uses.
+// Duration is yamlfile.Duration, the duration every versioned file uses.
 type Duration = yamlfile.Duration

@@ -39,6 +39,6 @@
 // come from random streams of its own, so at zero rates a run is the same.
 //
 // Latencies are recorded as loadgen records live ones, in an HdrHistogram
-// of three significant digits from 1 µs, so that simulated and measured
+// with loadgen's range and precision, so that simulated and measured
 // percentiles come from one estimator.
 package sim
