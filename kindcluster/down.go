@@ -2,7 +2,6 @@ package kindcluster
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,26 +17,16 @@ import (
 // without parent-death signals, say), it stops the recorded etcd and
 // kube-apiserver process groups directly and removes dir.
 func StopDir(dir string, grace time.Duration) error {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	var s state
+	err := ReadState(dir, stateFile, &s)
 	if errors.Is(err, os.ErrNotExist) {
 		return removeHalfMade(dir)
 	}
 	if err != nil {
 		return err
 	}
-	var s state
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(dir, stateFile), err)
-	}
-	if s.OwnerPID != os.Getpid() && processAlive(s.OwnerPID) && cmdlineHas(s.OwnerPID, "") {
-		_ = syscall.Kill(s.OwnerPID, syscall.SIGTERM)
-		deadline := time.Now().Add(grace + 30*time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	if AskOwnerToStop(dir, s.OwnerPID, grace+30*time.Second) {
+		return nil
 	}
 	var errs []error
 	for _, p := range []struct {
