@@ -18,7 +18,7 @@ package allocator_test
 //
 //	go test -run '^$' -bench GateService -benchtime 2000x ./allocator/
 //
-// Metrics: cpu-ns/op (over batches of gateBatch operations, the lower
+// Metrics: cpu-ns/op (over batches of gateServiceBatch operations, the lower
 // quartile of the server's user and system CPU per allocation;
 // cpu-mean-ns/op is the same over the whole sample, reported only),
 // server-allocs/op and server-B/op (the server's heap allocations and
@@ -26,19 +26,11 @@ package allocator_test
 // the caller).
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/metrics"
-	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +42,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/certs"
+	"github.com/quartermaster-dev/quartermaster/internal/gatebench"
 )
 
 // gateServiceChildEnv names the directory holding the child server's
@@ -75,47 +68,6 @@ var gateServiceRequest = &allocation.AllocationRequest{
 	GameServerSelectors: []*allocation.GameServerSelector{
 		{MatchLabels: map[string]string{"agones.dev/fleet": "gate"}},
 	},
-}
-
-// gateUsage is what a process has spent so far: CPU time, heap objects
-// and heap bytes allocated.
-type gateUsage struct{ cpuNs, objects, bytes uint64 }
-
-func readGateUsage() (gateUsage, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return gateUsage{}, err
-	}
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return gateUsage{
-		cpuNs:   uint64(ru.Utime.Nano() + ru.Stime.Nano()),
-		objects: s[0].Value.Uint64(),
-		bytes:   s[1].Value.Uint64(),
-	}, nil
-}
-
-// serveGateUsage answers the parent over stdin and stdout: it writes
-// "addr ADDR", then for every line "usage" it reads, a line "usage CPU
-// OBJECTS BYTES"; it returns when stdin closes.
-func serveGateUsage(addr string, in io.Reader, out io.Writer) error {
-	if _, err := fmt.Fprintf(out, "addr %s\n", addr); err != nil {
-		return err
-	}
-	sc := bufio.NewScanner(in)
-	for sc.Scan() {
-		if sc.Text() != "usage" {
-			return fmt.Errorf("gate child: unknown command %q", sc.Text())
-		}
-		u, err := readGateUsage()
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(out, "usage %d %d %d\n", u.cpuNs, u.objects, u.bytes); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
 }
 
 // TestGateServiceChild is BenchmarkGateService's server. It runs only in
@@ -147,90 +99,9 @@ func TestGateServiceChild(t *testing.T) {
 	srv.Start()
 	defer srv.Shutdown(context.Background())
 	addr, _, _ := srv.Addrs()
-	if err := serveGateUsage(addr, os.Stdin, os.Stdout); err != nil {
+	if err := gatebench.ServeUsage(addr, os.Stdin, os.Stdout); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// gateChild is a running child process and its usage channel.
-type gateChild struct {
-	addr  string
-	stdin io.WriteCloser
-	lines *bufio.Scanner
-}
-
-// startGateChild runs this test binary's test named run as a child with
-// env added, and reads the address it serves on.
-func startGateChild(b *testing.B, run string, env ...string) *gateChild {
-	cmd := exec.Command(os.Args[0], "-test.run", "^"+run+"$", "-test.count", "1")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	c := &gateChild{stdin: stdin, lines: bufio.NewScanner(stdout)}
-	b.Cleanup(func() {
-		stdin.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	line := c.next(b, "addr")
-	c.addr = line[0]
-	return c
-}
-
-// next returns the fields after the first line starting with word (the
-// test framework's own output is skipped).
-func (c *gateChild) next(b *testing.B, word string) []string {
-	for c.lines.Scan() {
-		f := strings.Fields(c.lines.Text())
-		if len(f) > 0 && f[0] == word {
-			return f[1:]
-		}
-	}
-	b.Fatalf("gate child ended before writing %q (%v)", word, c.lines.Err())
-	return nil
-}
-
-func (c *gateChild) usage(b *testing.B) gateUsage {
-	if _, err := io.WriteString(c.stdin, "usage\n"); err != nil {
-		b.Fatal(err)
-	}
-	f := c.next(b, "usage")
-	var v [3]uint64
-	for i := range v {
-		n, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil {
-			b.Fatalf("gate child: usage %q: %v", f, err)
-		}
-		v[i] = n
-	}
-	return gateUsage{cpuNs: v[0], objects: v[1], bytes: v[2]}
-}
-
-// reportGateUsage reports the child's usage between two readings, per op,
-// and its CPU per op in the batches between them (gateQuartile).
-func reportGateUsage(b *testing.B, before, after gateUsage, ops int, batches []float64) {
-	n := float64(ops)
-	mean := float64(after.cpuNs-before.cpuNs) / n
-	b.ReportMetric(gateQuartile(batches, mean), "cpu-ns/op")
-	b.ReportMetric(mean, "cpu-mean-ns/op")
-	b.ReportMetric(float64(after.objects-before.objects)/n, "server-allocs/op")
-	b.ReportMetric(float64(after.bytes-before.bytes)/n, "server-B/op")
 }
 
 // gatePKI writes a CA, a server key pair and the client CA to dir and
@@ -270,8 +141,8 @@ func gatePKI(b *testing.B, dir string) *tls.Config {
 func BenchmarkGateService(b *testing.B) {
 	dir := b.TempDir()
 	clientTLS := gatePKI(b, dir)
-	child := startGateChild(b, "TestGateServiceChild", gateServiceChildEnv+"="+dir)
-	conn, err := grpc.NewClient(child.addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	child := gatebench.StartChild(b, "TestGateServiceChild", gateServiceChildEnv+"="+dir)
+	conn, err := grpc.NewClient(child.Addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -285,44 +156,19 @@ func BenchmarkGateService(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	before := child.usage(b)
-	last := before
-	var batches []float64
-	ops := 0
+	sample := gatebench.NewSampler(b, gateServiceBatch, child.Usage)
 	for b.Loop() {
-		if ops+200 >= gateServiceServers {
+		if sample.Ops()+200 >= gateServiceServers {
 			b.Fatalf("more allocations than the child's %d servers: use a smaller -benchtime", gateServiceServers)
 		}
 		if _, err := client.Allocate(ctx, gateServiceRequest); err != nil {
 			b.Fatal(err)
 		}
-		ops++
-		if ops%gateBatch == 0 {
-			u := child.usage(b)
-			batches = append(batches, float64(u.cpuNs-last.cpuNs)/gateBatch)
-			last = u
-		}
+		sample.Done()
 	}
-	after := child.usage(b)
-	reportGateUsage(b, before, after, ops, batches)
+	sample.Report(b)
 }
 
-// gateBatch is how many operations one reading of the measured process's
-// CPU covers. The figure is the lower quartile of a sample's batches:
-// another process on the machine can only add to a batch's CPU (cold
-// caches, migrations), never take from it, so the least disturbed
-// batches say best what an operation costs, and a slowdown of the code
-// moves them all alike. Heap allocations and bytes are over the whole
-// sample.
-const gateBatch = 100
-
-// gateQuartile returns the lower quartile of per-operation CPU over the
-// batches, or total/ops when the sample held no whole batch.
-func gateQuartile(perOp []float64, total float64) float64 {
-	if len(perOp) == 0 {
-		return total
-	}
-	s := slices.Clone(perOp)
-	slices.Sort(s)
-	return s[(len(s)-1)/4]
-}
+// gateServiceBatch is how many allocations one reading of the server's
+// CPU covers (gatebench.Sampler).
+const gateServiceBatch = 100

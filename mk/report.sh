@@ -16,8 +16,9 @@
 # the commit it names.
 #
 # The measuring instrument is the working tree's: its gate benchmark files
-# (*_gate_bench_test.go and gate_*_test.go) are copied into the baseline's
-# tree before building, so both sides
+# (*_gate_bench_test.go and gate_*_test.go) and the package they share
+# (internal/gatebench) are copied into the baseline's tree before
+# building, so both sides
 # run the same benchmarks over their own code. If the baseline's code does
 # not compile with them, it is built without them and their figures are
 # "new" (not gated) until the baseline moves.
@@ -87,6 +88,9 @@ root=$PWD
 # The git repository the baseline commit is read from (default: the one
 # holding this directory; a frozen copy of a tree can name the repository).
 repo=${PERF_REPO:-.}
+# The package the gate benchmarks share (copied with them into the
+# baseline's tree).
+gate_support=internal/gatebench
 
 has() { [[ " $families " == *" $1 "* ]]; }
 for f in $families; do
@@ -196,6 +200,14 @@ for side in $sides; do
 		for f in ${gates[@]+"${gates[@]}"}; do
 			[[ -d $tmp/base-src/$(dirname "$f") ]] && cp "$f" "$tmp/base-src/$f"
 		done
+		# The package the gate benchmarks share is part of the instrument:
+		# it goes into the baseline's tree whole, even where that commit
+		# predates it.
+		while IFS= read -r f; do
+			mkdir -p "$tmp/base-src/$(dirname "$f")"
+			cp "$f" "$tmp/base-src/$f"
+			gates+=("$f")
+		done < <(find "$gate_support" -name '*.go' | sort)
 		if ! build base "$tmp/base-src" 2>"$tmp/base-build.log"; then
 			echo "== base: does not build with this tree's gate benchmarks (${gates[*]-}); building without them, so their figures are new, not gated:" >&2
 			sed 's/^/   /' "$tmp/base-build.log" | tail -n 5 >&2

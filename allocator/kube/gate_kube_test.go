@@ -20,7 +20,7 @@ package kube_test
 //
 //	go test -run '^$' -bench GateKube -benchtime 200x ./allocator/kube/
 //
-// Metrics: cpu-ns/op (over batches of gateBatch operations, the lower
+// Metrics: cpu-ns/op (over batches of gateKubeBatch operations, the lower
 // quartile of this process's user and system CPU per allocation;
 // cpu-mean-ns/op is the same over the whole sample, reported only),
 // server-allocs/op and server-B/op (its heap allocations and bytes per
@@ -36,12 +36,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/metrics"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +52,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/internal/gatebench"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 )
 
@@ -63,20 +61,6 @@ const gateKubeconfigEnv = "QM_GATE_KUBECONFIG"
 
 // gateKubeWarmUp allocations come before the measurement.
 const gateKubeWarmUp = 20
-
-// gateKubeUsage is what this process has spent so far: CPU time, heap
-// objects and heap bytes allocated.
-type gateKubeUsage struct{ cpuNs, objects, bytes uint64 }
-
-func readGateKubeUsage(b *testing.B) gateKubeUsage {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return gateKubeUsage{cpuNs: uint64(ru.Utime.Nano() + ru.Stime.Nano()), objects: s[0].Value.Uint64(), bytes: s[1].Value.Uint64()}
-}
 
 // gateGameServer is a Ready GameServer of fleet "gate" as Agones writes
 // one.
@@ -164,33 +148,23 @@ func BenchmarkGateKube(b *testing.B) {
 	for range gateKubeWarmUp {
 		allocate()
 	}
-	before := readGateKubeUsage(b)
-	last := before
-	var batches []float64
-	ops := 0
+	sample := gatebench.NewSampler(b, gateKubeBatch, gatebench.Self)
 	for b.Loop() {
-		if ops+gateKubeWarmUp >= servers {
+		if sample.Ops()+gateKubeWarmUp >= servers {
 			b.Fatalf("more allocations than the sample's %d servers: give -benchtime as a count (200x)", servers)
 		}
 		allocate()
-		ops++
-		if ops%gateBatch == 0 {
-			u := readGateKubeUsage(b)
-			batches = append(batches, float64(u.cpuNs-last.cpuNs)/gateBatch)
-			last = u
-		}
+		sample.Done()
 	}
 	// The informer's watch events for the last writes are part of their
-	// cost; a moment lets them arrive before the reading.
+	// cost; a moment lets them arrive before the last reading.
 	time.Sleep(100 * time.Millisecond)
-	after := readGateKubeUsage(b)
-	n := float64(ops)
-	mean := float64(after.cpuNs-before.cpuNs) / n
-	b.ReportMetric(gateQuartile(batches, mean), "cpu-ns/op")
-	b.ReportMetric(mean, "cpu-mean-ns/op")
-	b.ReportMetric(float64(after.objects-before.objects)/n, "server-allocs/op")
-	b.ReportMetric(float64(after.bytes-before.bytes)/n, "server-B/op")
+	sample.Report(b)
 }
+
+// gateKubeBatch is how many allocations one reading of this process's
+// CPU covers (gatebench.Sampler).
+const gateKubeBatch = 20
 
 // gateKubeServers is how many servers a sample needs: the warm-up and
 // the -benchtime count's allocations (a duration allows for 500).
@@ -237,24 +211,4 @@ func gateCreateServers(ctx context.Context, gss dynamic.ResourceInterface, ns st
 	default:
 		return nil
 	}
-}
-
-// gateBatch is how many operations one reading of the measured process's
-// CPU covers. The figure is the lower quartile of a sample's batches:
-// another process on the machine can only add to a batch's CPU (cold
-// caches, migrations), never take from it, so the least disturbed
-// batches say best what an operation costs, and a slowdown of the code
-// moves them all alike. Heap allocations and bytes are over the whole
-// sample.
-const gateBatch = 20
-
-// gateQuartile returns the lower quartile of per-operation CPU over the
-// batches, or total/ops when the sample held no whole batch.
-func gateQuartile(perOp []float64, total float64) float64 {
-	if len(perOp) == 0 {
-		return total
-	}
-	s := slices.Clone(perOp)
-	slices.Sort(s)
-	return s[(len(s)-1)/4]
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/internal/gatebench"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
 )
 
@@ -115,7 +116,7 @@ func BenchmarkKeys(b *testing.B) {
 			for i := range gateKubeWarmUp {
 				allocate(on, keyOf(i))
 			}
-			before, cpu0 := readGateKubeUsage(b), readCPU(cl)
+			before, cpu0 := gatebench.Self(b), readCPU(cl)
 			ops := 0
 			for b.Loop() {
 				if ops+gateKubeWarmUp >= servers-1 {
@@ -127,12 +128,12 @@ func BenchmarkKeys(b *testing.B) {
 			// The informer's watch events for the last writes are part
 			// of their cost.
 			time.Sleep(100 * time.Millisecond)
-			after, cpu := readGateKubeUsage(b), readCPU(cl).sub(cpu0)
+			after, cpu := gatebench.Self(b), readCPU(cl).sub(cpu0)
 			n := float64(ops)
-			b.ReportMetric(float64(after.cpuNs-before.cpuNs)/n, "cpu-ns/op")
+			b.ReportMetric(float64(after.CPUNs-before.CPUNs)/n, "cpu-ns/op")
 			b.ReportMetric(float64(cpu.apiserver.Nanoseconds())/n, "apiserver-cpu-ns/op")
 			b.ReportMetric(float64(cpu.etcd.Nanoseconds())/n, "etcd-cpu-ns/op")
-			b.ReportMetric(float64(after.objects-before.objects)/n, "heap-allocs/op")
+			b.ReportMetric(float64(after.Objects-before.Objects)/n, "heap-allocs/op")
 		})
 	}
 }
