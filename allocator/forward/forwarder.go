@@ -561,89 +561,14 @@ func (f *Forwarder) tryLocal(ctx context.Context, p core.Policy, in *allocation.
 // to the same endpoint again, with the same key, before anything else.
 func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, memo *Memo, ns, hops string, fw *forwarding) (*allocation.AllocationResponse, try) {
 	t := try{cluster: p.Connection.ClusterName, where: where(p)}
-	misconfig := func(format string, args ...any) (*allocation.AllocationResponse, try) {
-		t.out, t.code = outMisconfig, codes.FailedPrecondition
-		t.msg = "policy " + ns + "/" + p.Name + ": " + fmt.Sprintf(format, args...)
-		return nil, t
-	}
-	if err := ValidatePolicy(p); err != nil {
-		return misconfig("%v", err)
-	}
-	endpoints := make([]string, len(p.Connection.Endpoints))
-	for i, e := range p.Connection.Endpoints {
-		endpoints[i], _ = Endpoint(e) // validated above
-	}
-	// The Secret lives in the request's namespace, as Agones reads it.
-	sec, ok := f.src.Secret(ns, p.Connection.SecretName)
+	rc, ok := f.prepareRemote(ctx, p, in, memo, ns, hops, fw, &t)
 	if !ok {
-		if e, isE := f.src.(SecretExplainer); isE {
-			if err := e.SecretError(ns, p.Connection.SecretName); err != nil {
-				return misconfig("Secret %s/%s (spec.connectionInfo.secretName): %v", ns, p.Connection.SecretName, err)
-			}
-		}
-		return misconfig("Secret %s/%s (spec.connectionInfo.secretName) not found", ns, p.Connection.SecretName)
-	}
-	key := fw.forwardedKey(f.keys, f.ownKeys)
-	if fw.callerKey != "" && f.rec.holds(t.where, key) {
-		// A retry of a request this cluster may have allocated without
-		// the answer arriving, and that another cluster served: the
-		// allocation here is being given back, so it must not be the
-		// answer now.
-		t.out, t.code = outRefused, codes.FailedPrecondition
-		t.msg = "not tried: an allocation this request's key may hold here (its answer was lost) is being released"
 		return nil, t
 	}
-	target := ns
-	if p.Connection.Namespace != "" {
-		target = p.Connection.Namespace
-	}
-	// The request as sent: encoded already when the Memo has it, and
-	// followed by its key when it has one.
-	var msg any
-	var keyed *encodedRequest
-	base := memo.get(fw.identity, target)
-	if base == nil {
-		req := ForwardRequest(in, target)
-		f.forwardedFor(req, fw.identity) // see release.go
-		if base = memo.encode(fw.identity, target, req); base == nil {
-			msg = req
-			if key != "" {
-				b, err := req.MarshalVT()
-				if err != nil {
-					t.out, t.code = outRefused, codes.InvalidArgument
-					t.msg = "the request cannot be encoded: " + err.Error()
-					return nil, t
-				}
-				base = &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
-			}
-		}
-	}
-	switch {
-	case key != "":
-		keyed = withKey(base.data, key)
-		msg = keyed
-	case msg == nil:
-		msg = base
-	}
-	var octx context.Context
-	if hops == f.self {
-		// A request no other allocator forwarded (the usual one): the
-		// same metadata every time, built once; AppendToOutgoingContext
-		// copies its arguments into new slices per call.
-		octx = metadata.NewOutgoingContext(ctx, f.selfMD)
-	} else {
-		octx = metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
-	}
-	held := func(ep string) heldAt {
-		return heldAt{cluster: t.where, endpoint: ep, namespace: ns, secretName: p.Connection.SecretName,
-			serverCA: p.Connection.ServerCA, target: target, identity: fw.identity, key: key}
-	}
-
 	var last []string
-	var err error
 	for round := 0; ; round++ {
 		reached := false
-		for _, ep := range endpoints {
+		for _, ep := range rc.endpoints {
 			br := f.breaker(ep)
 			if !br.allow() {
 				// The background prober closes it when the endpoint is
@@ -652,75 +577,11 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 				continue
 			}
 			reached = true
-			creds := probeCreds{sec: sec, serverCA: p.Connection.ServerCA}
-			var resp *allocation.AllocationResponse
-			var sent, lost bool
-			for again := 0; ; again++ {
-				var s bool
-				resp, s, err = f.invoke(ctx, octx, ep, sec, p.Connection.ServerCA, msg, keyed)
-				sent = sent || s
-				if err == nil || !transportFailure(err) || ctx.Err() != nil || deadlinePassed(ctx) {
-					break
-				}
-				br.failure(f.clock.Now(), creds)
-				if !s {
-					// Not sent: the endpoint is down or unreachable. (A
-					// request without a key is not told apart: it is
-					// never sent again here, as it could allocate twice.)
-					break
-				}
-				// Sent, and no answer: the remote may have allocated.
-				// The same request again, with the same key, gets that
-				// allocation from a remote that has it.
-				lost = true
-				f.m.lost.WithLabelValues(t.cluster).Inc()
-				if again >= f.lostRetries || !br.allow() {
-					break
-				}
-			}
-			if err != nil && isMisconfig(err) {
-				return misconfig("%v", err)
-			}
-			if err == nil {
-				br.success()
-				resp.Source = ep
-				if c, ok := f.clusterOf.Load(ep); !ok || c.(string) != t.cluster {
-					f.clusterOf.Store(ep, t.cluster)
-				}
-				t.out = outAllocated
+			resp, failure, done := f.tryEndpoint(ctx, &rc, ep, br, fw, &t)
+			if done {
 				return resp, t
 			}
-			if sent {
-				fw.hold(held(ep))
-			}
-			st := status.Convert(err)
-			if ctx.Err() != nil || deadlinePassed(ctx) {
-				// (A remote resets a call with CANCEL when the deadline it
-				// was sent passes, which may reach grpc-go before the
-				// caller's context says so: the caller's deadline still,
-				// not the remote's failure.)
-				t.out, t.code = outDeadline, codes.DeadlineExceeded
-				t.msg = fmt.Sprintf("%s: the caller's deadline passed during the call", ep)
-				return nil, t
-			}
-			if transportFailure(err) {
-				// Not an answer from an allocator: the endpoint is down,
-				// unreachable, or slower than the try timeout.
-				m := fmt.Sprintf("%s: %s (%s)", ep, st.Message(), st.Code())
-				if lost {
-					m = fmt.Sprintf("%s: the request was sent and its answer lost (%s: %s)", ep, st.Code(), st.Message())
-				}
-				last = append(last, m)
-				continue
-			}
-			br.success()
-			t.code, t.msg = st.Code(), ep+": "+st.Message()
-			if st.Code() == codes.ResourceExhausted || st.Code() == f.unallocated {
-				t.out = outUnallocated
-			} else {
-				t.out = outRefused
-			}
-			return nil, t
+			last = append(last, failure)
 		}
 		t.code, t.msg = codes.Unavailable, strings.Join(last, "; ")
 		t.out = outUnavailable
@@ -743,6 +604,192 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			return nil, t
 		}
 		last = last[:0]
+	}
+}
+
+// remoteCall is a request made ready for one remote cluster by
+// prepareRemote: where it goes, with which credentials, and what is sent.
+type remoteCall struct {
+	policy    core.Policy
+	ns        string // the request's namespace, where the Secret is
+	target    string // the namespace asked for on the remote
+	endpoints []string
+	sec       Secret
+	key       string // the forwarded idempotency key, "" for none
+	// msg is what is sent: the request, or its encoding (keyed, when the
+	// request carries a key).
+	msg   any
+	keyed *encodedRequest
+	// octx is the caller's context with the outgoing metadata (the hops).
+	octx context.Context
+}
+
+// misconfigured makes t the answer to a policy that cannot be used.
+func (t *try) misconfigured(ns string, p core.Policy, format string, args ...any) {
+	t.out, t.code = outMisconfig, codes.FailedPrecondition
+	t.msg = "policy " + ns + "/" + p.Name + ": " + fmt.Sprintf(format, args...)
+}
+
+// prepareRemote checks p's connection (its endpoints and its Secret in
+// ns) and makes the request ready to send to its cluster. When the request
+// cannot be sent there, it says why in t and ok is false.
+func (f *Forwarder) prepareRemote(ctx context.Context, p core.Policy, in *allocation.AllocationRequest, memo *Memo, ns, hops string, fw *forwarding, t *try) (rc remoteCall, ok bool) {
+	if err := ValidatePolicy(p); err != nil {
+		t.misconfigured(ns, p, "%v", err)
+		return rc, false
+	}
+	rc = remoteCall{policy: p, ns: ns, target: ns, endpoints: make([]string, len(p.Connection.Endpoints))}
+	for i, e := range p.Connection.Endpoints {
+		rc.endpoints[i], _ = Endpoint(e) // validated above
+	}
+	// The Secret lives in the request's namespace, as Agones reads it.
+	if rc.sec, ok = f.src.Secret(ns, p.Connection.SecretName); !ok {
+		if e, isE := f.src.(SecretExplainer); isE {
+			if err := e.SecretError(ns, p.Connection.SecretName); err != nil {
+				t.misconfigured(ns, p, "Secret %s/%s (spec.connectionInfo.secretName): %v", ns, p.Connection.SecretName, err)
+				return rc, false
+			}
+		}
+		t.misconfigured(ns, p, "Secret %s/%s (spec.connectionInfo.secretName) not found", ns, p.Connection.SecretName)
+		return rc, false
+	}
+	rc.key = fw.forwardedKey(f.keys, f.ownKeys)
+	if fw.callerKey != "" && f.rec.holds(t.where, rc.key) {
+		// A retry of a request this cluster may have allocated without
+		// the answer arriving, and that another cluster served: the
+		// allocation here is being given back, so it must not be the
+		// answer now.
+		t.out, t.code = outRefused, codes.FailedPrecondition
+		t.msg = "not tried: an allocation this request's key may hold here (its answer was lost) is being released"
+		return rc, false
+	}
+	if p.Connection.Namespace != "" {
+		rc.target = p.Connection.Namespace
+	}
+	var err error
+	if rc.msg, rc.keyed, err = f.remoteMessage(in, memo, fw.identity, rc.target, rc.key); err != nil {
+		t.out, t.code = outRefused, codes.InvalidArgument
+		t.msg = "the request cannot be encoded: " + err.Error()
+		return rc, false
+	}
+	if hops == f.self {
+		// A request no other allocator forwarded (the usual one): the
+		// same metadata every time, built once; AppendToOutgoingContext
+		// copies its arguments into new slices per call.
+		rc.octx = metadata.NewOutgoingContext(ctx, f.selfMD)
+	} else {
+		rc.octx = metadata.AppendToOutgoingContext(ctx, HopsKey, hops)
+	}
+	return rc, true
+}
+
+// remoteMessage is the request as sent to namespace target for identity:
+// encoded already when the Memo has it, and followed by its key when it
+// has one (keyed is then the message).
+func (f *Forwarder) remoteMessage(in *allocation.AllocationRequest, memo *Memo, identity, target, key string) (msg any, keyed *encodedRequest, err error) {
+	base := memo.get(identity, target)
+	if base == nil {
+		req := ForwardRequest(in, target)
+		f.forwardedFor(req, identity) // see release.go
+		if base = memo.encode(identity, target, req); base == nil {
+			if key == "" {
+				return req, nil, nil
+			}
+			b, err := req.MarshalVT()
+			if err != nil {
+				return nil, nil, err
+			}
+			base = &encodedRequest{data: mem.BufferSlice{mem.SliceBuffer(b)}}
+		}
+	}
+	if key != "" {
+		keyed = withKey(base.data, key)
+		return keyed, keyed, nil
+	}
+	return base, nil, nil
+}
+
+// tryEndpoint sends rc to the endpoint ep, whose breaker is br. done says
+// the cluster's turn is over: an allocator answered, or the caller's
+// deadline passed, or the policy cannot be used; t and resp then say how.
+// Otherwise ep could not be reached or gave no answer in time, and failure
+// says so, for the summary.
+func (f *Forwarder) tryEndpoint(ctx context.Context, rc *remoteCall, ep string, br *breaker, fw *forwarding, t *try) (resp *allocation.AllocationResponse, failure string, done bool) {
+	resp, sent, lost, err := f.sendRetryingLost(ctx, rc, ep, br, t.cluster)
+	if err != nil && isMisconfig(err) {
+		t.misconfigured(rc.ns, rc.policy, "%v", err)
+		return nil, "", true
+	}
+	if err == nil {
+		br.success()
+		resp.Source = ep
+		if c, ok := f.clusterOf.Load(ep); !ok || c.(string) != t.cluster {
+			f.clusterOf.Store(ep, t.cluster)
+		}
+		t.out = outAllocated
+		return resp, "", true
+	}
+	if sent {
+		fw.hold(heldAt{cluster: t.where, endpoint: ep, namespace: rc.ns, secretName: rc.policy.Connection.SecretName,
+			serverCA: rc.policy.Connection.ServerCA, target: rc.target, identity: fw.identity, key: rc.key})
+	}
+	st := status.Convert(err)
+	if ctx.Err() != nil || deadlinePassed(ctx) {
+		// (A remote resets a call with CANCEL when the deadline it
+		// was sent passes, which may reach grpc-go before the
+		// caller's context says so: the caller's deadline still,
+		// not the remote's failure.)
+		t.out, t.code = outDeadline, codes.DeadlineExceeded
+		t.msg = fmt.Sprintf("%s: the caller's deadline passed during the call", ep)
+		return nil, "", true
+	}
+	if transportFailure(err) {
+		// Not an answer from an allocator: the endpoint is down,
+		// unreachable, or slower than the try timeout.
+		if lost {
+			return nil, fmt.Sprintf("%s: the request was sent and its answer lost (%s: %s)", ep, st.Code(), st.Message()), false
+		}
+		return nil, fmt.Sprintf("%s: %s (%s)", ep, st.Message(), st.Code()), false
+	}
+	br.success()
+	t.code, t.msg = st.Code(), ep+": "+st.Message()
+	if st.Code() == codes.ResourceExhausted || st.Code() == f.unallocated {
+		t.out = outUnallocated
+	} else {
+		t.out = outRefused
+	}
+	return nil, "", true
+}
+
+// sendRetryingLost sends rc to ep, and sends it again while it was sent
+// and its answer lost (up to the forwarder's lostRetries, while ep's
+// breaker allows): a keyed request sent again gets the allocation a remote
+// made for it. sent says the request may have reached the remote, lost
+// that an answer was lost at least once.
+func (f *Forwarder) sendRetryingLost(ctx context.Context, rc *remoteCall, ep string, br *breaker, cluster string) (resp *allocation.AllocationResponse, sent, lost bool, err error) {
+	creds := probeCreds{sec: rc.sec, serverCA: rc.policy.Connection.ServerCA}
+	for again := 0; ; again++ {
+		var s bool
+		resp, s, err = f.invoke(ctx, rc.octx, ep, rc.sec, rc.policy.Connection.ServerCA, rc.msg, rc.keyed)
+		sent = sent || s
+		if err == nil || !transportFailure(err) || ctx.Err() != nil || deadlinePassed(ctx) {
+			return resp, sent, lost, err
+		}
+		br.failure(f.clock.Now(), creds)
+		if !s {
+			// Not sent: the endpoint is down or unreachable. (A
+			// request without a key is not told apart: it is
+			// never sent again here, as it could allocate twice.)
+			return resp, sent, lost, err
+		}
+		// Sent, and no answer: the remote may have allocated.
+		// The same request again, with the same key, gets that
+		// allocation from a remote that has it.
+		lost = true
+		f.m.lost.WithLabelValues(cluster).Inc()
+		if again >= f.lostRetries || !br.allow() {
+			return resp, sent, lost, err
+		}
 	}
 }
 
