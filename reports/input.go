@@ -10,7 +10,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/quartermaster-dev/quartermaster/loadgen"
 	"github.com/quartermaster-dev/quartermaster/plan"
+	"github.com/quartermaster-dev/quartermaster/soak"
 )
 
 // ThresholdsFile is the name of the gate's rules inside a baseline
@@ -111,6 +113,13 @@ func (s *Set) read(file string, data []byte) error {
 	default:
 		return fmt.Errorf("%s: kind %q is not a result qm report reads (%s)", file, head.Kind, knownKinds())
 	}
+}
+
+// knownKinds names every kind of result read, for an error about a file
+// that is none of them.
+func knownKinds() string {
+	return simReportKind + " from qm sim --out (or a live run of a scenario), " + loadgen.Kind + " from qm load --out, " +
+		plan.Kind + " from qm plan --out, " + soak.ResultKind + " from qm soak, or go test -bench output"
 }
 
 // jsonError turns a decoding error's byte offset into a line and column,

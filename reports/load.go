@@ -24,10 +24,6 @@ type LoadInput struct {
 
 func isLoadKind(kind string) bool { return kind == loadgen.Kind }
 
-func knownKinds() string {
-	return simReportKind + " from qm sim --out, " + loadgen.Kind + " from qm load --out, CapacityPlan from qm plan --out, or go test -bench output"
-}
-
 // readLoad decodes a load result (strictly, with its histograms checked by
 // loadgen itself) and adds its figures. The run is named after its file
 // ("load.json" gives "load/load"), so a baseline and a run written under the

@@ -62,6 +62,17 @@ func lineChart(title, xlabel, ylabel string, ss []series) (*plot.Plot, error) {
 	p.Y.Label.Text = ylabel
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
+	if err := addLines(p, ss); err != nil {
+		return nil, fmt.Errorf("%s: %w", title, err)
+	}
+	return p, nil
+}
+
+// addLines draws series as lines on p, one colour (and past the palette,
+// one dash pattern) each, leaving out points that are not finite, and
+// names each in the legend. lineChart draws on an empty plot; a soak's
+// charts draw on their fault bands.
+func addLines(p *plot.Plot, ss []series) error {
 	for i, s := range ss {
 		xys := make(plotter.XYs, 0, len(s.x))
 		for j := range s.x {
@@ -75,7 +86,7 @@ func lineChart(title, xlabel, ylabel string, ss []series) (*plot.Plot, error) {
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", title, s.name, err)
+			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		l.Color = plotutil.Color(i)
 		l.Width = vg.Points(1.5)
@@ -83,7 +94,7 @@ func lineChart(title, xlabel, ylabel string, ss []series) (*plot.Plot, error) {
 		p.Add(l)
 		p.Legend.Add(s.name, l)
 	}
-	return p, nil
+	return nil
 }
 
 // fontFamily matches the font names gonum writes; the page gives them

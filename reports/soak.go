@@ -12,7 +12,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/quartermaster-dev/quartermaster/soak"
 )
@@ -191,31 +190,5 @@ func faultBands(p *plot.Plot, r *soak.Result, ss []series) error {
 		}
 	}
 	p.Add(bands...)
-	return nil
-}
-
-// addLines draws series as lines, as lineChart does, on a plot that
-// already has what goes under them.
-func addLines(p *plot.Plot, ss []series) error {
-	for i, s := range ss {
-		xys := make(plotter.XYs, 0, len(s.x))
-		for j := range s.x {
-			if math.IsNaN(s.y[j]) || math.IsInf(s.y[j], 0) {
-				continue
-			}
-			xys = append(xys, plotter.XY{X: s.x[j], Y: s.y[j]})
-		}
-		if len(xys) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.5)
-		p.Add(l)
-		p.Legend.Add(s.name, l)
-	}
 	return nil
 }

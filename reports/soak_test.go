@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quartermaster-dev/quartermaster/loadgen"
+	"github.com/quartermaster-dev/quartermaster/plan"
 	"github.com/quartermaster-dev/quartermaster/soak"
 )
 
@@ -94,5 +96,21 @@ func TestSoakViolationFailsTheReport(t *testing.T) {
 	}
 	if failed != 1 {
 		t.Fatalf("%d failed expectations, want 1", failed)
+	}
+}
+
+func TestUnknownKindNamesEveryKnownKind(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "other.json")
+	if err := os.WriteFile(file, []byte(`{"apiVersion": "v1", "kind": "Pod"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(file)
+	if err == nil {
+		t.Fatal("a Pod was read as a result")
+	}
+	for _, kind := range []string{`kind "Pod"`, simReportKind, loadgen.Kind, plan.Kind, soak.ResultKind, "go test -bench"} {
+		if !strings.Contains(err.Error(), kind) {
+			t.Errorf("the error %q does not name %s", err, kind)
+		}
 	}
 }
