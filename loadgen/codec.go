@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 )
 
 // leanCodec is the gRPC caller's codec: its one request is encoded once,
@@ -33,8 +34,18 @@ func encodeRequest(m proto.Message) (*encodedRequest, error) {
 // annotation, which a decoder merges into the first (protobuf merges
 // repeated occurrences of a message field, and of a map's entries).
 func (r *encodedRequest) withAnnotation(key string, n uint64) *encodedRequest {
+	return r.withAnnotationValue(key, strconv.FormatUint(n, 10))
+}
+
+// withKey returns the request carrying the idempotency key k, in the
+// annotation an Agones client would send it in.
+func (r *encodedRequest) withKey(k string) *encodedRequest {
+	return r.withAnnotationValue(wire.AllocationKeyAnnotation, k)
+}
+
+func (r *encodedRequest) withAnnotationValue(key, value string) *encodedRequest {
 	extra := &allocation.AllocationRequest{Metadata: &allocation.MetaPatch{
-		Annotations: map[string]string{key: strconv.FormatUint(n, 10)},
+		Annotations: map[string]string{key: value},
 	}}
 	b := make([]byte, len(r.b)+extra.SizeVT())
 	copy(b, r.b)

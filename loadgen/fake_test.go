@@ -25,11 +25,13 @@ import (
 // answers Allocate at once, unless stalled (as a server stalls in a long
 // GC pause or on a lock): then every request waits for the stall to end.
 type fake struct {
-	addr     string
-	client   *tls.Config
-	stall    sync.RWMutex
-	allocs   atomic.Int64
-	releases atomic.Int64
+	addr   string
+	client *tls.Config
+	// serverTLS is the server's side, for other fakes of one test.
+	serverTLS *tls.Config
+	stall     sync.RWMutex
+	allocs    atomic.Int64
+	releases  atomic.Int64
 	// fail, when set, makes Allocate answer with this code.
 	fail atomic.Int32
 	allocation.UnimplementedAllocationServiceServer
@@ -82,6 +84,7 @@ func newFake(t testing.TB, admin bool) *fake {
 	}
 	f := &fake{client: &tls.Config{Certificates: []tls.Certificate{cc}, RootCAs: ca.CertPool(), ServerName: "localhost"}}
 	serverTLS := &tls.Config{Certificates: []tls.Certificate{sc}, ClientCAs: ca.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert}
+	f.serverTLS = serverTLS
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -166,6 +166,10 @@ func mergeTarget(parts []TargetResult, offsets []int) (TargetResult, error) {
 		answered += t.OK
 		out.Released += t.Released
 		out.ReleaseErrors += t.ReleaseErrors
+		out.Retries += t.Retries
+		out.Resolved += t.Resolved
+		out.ResolvedEmpty += t.ResolvedEmpty
+		out.ResolveFailed += t.ResolveFailed
 		out.ServerCPUSeconds += t.ServerCPUSeconds
 		out.PreciseWaits += t.PreciseWaits
 		out.Behind += t.Behind

@@ -98,6 +98,9 @@ type Config struct {
 	// Release is true when allocated servers were given back with
 	// Quartermaster's AllocationAdmin Release after their session.
 	Release bool `json:"release,omitempty"`
+	// AllocationKeys is true when every request carried an idempotency
+	// key and lost answers were retried with it (Options.AllocationKeys).
+	AllocationKeys bool `json:"allocationKeys,omitempty"`
 	// Reference is the target the ratios divide by.
 	Reference string `json:"reference,omitempty"`
 	// Shard is set when this generator ran one share of a larger load.
@@ -150,6 +153,14 @@ type TargetResult struct {
 	// those whose Release failed.
 	Released      int64 `json:"released,omitempty"`
 	ReleaseErrors int64 `json:"releaseErrors,omitempty"`
+	// With allocation keys: Retries counts tries sent again with their
+	// key after a lost answer; of the requests given up without an
+	// answer, Resolved found a server under their key (given back),
+	// ResolvedEmpty found none, ResolveFailed got no answer in time.
+	Retries       int64 `json:"retries,omitempty"`
+	Resolved      int64 `json:"resolved,omitempty"`
+	ResolvedEmpty int64 `json:"resolvedEmpty,omitempty"`
+	ResolveFailed int64 `json:"resolveFailed,omitempty"`
 
 	// IntendedRate is Intended per active second; AchievedRate is Sent
 	// per active second; Throughput is OK per active second.

@@ -53,6 +53,17 @@ type Options struct {
 	// Unimplemented (Agones) keeps its servers.
 	Release       bool
 	SessionLength func() time.Duration
+	// AllocationKeys gives every request an idempotency key of its own
+	// and sends a request whose answer was lost (AnswerLost) again with
+	// its key, while Timeout leaves time, each try bounded by
+	// AttemptTimeout (default Timeout/2). With Release, a request given up
+	// without an answer is resolved: its key is asked about for up to
+	// ResolveFor (default DefaultResolveFor) and what it allocated is
+	// given back. Every target's Caller must be a KeyedCaller. Without
+	// it, requests carry no key and go out once (keys.go).
+	AllocationKeys bool
+	AttemptTimeout time.Duration
+	ResolveFor     time.Duration
 	// Reference is the index of the target that ratios divide by.
 	Reference int
 	// ServerCPU, when set, reads the server process's CPU time so far; it
@@ -91,6 +102,12 @@ func (o *Options) defaults() error {
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = time.Second
 	}
+	if o.AttemptTimeout <= 0 || o.AttemptTimeout > o.Timeout {
+		o.AttemptTimeout = o.Timeout / 2
+	}
+	if o.ResolveFor <= 0 {
+		o.ResolveFor = DefaultResolveFor
+	}
 	if o.Precise == 0 {
 		o.Precise = DefaultPrecise
 	}
@@ -123,6 +140,13 @@ type targetRun struct {
 	releasing  atomic.Bool
 	released   atomic.Int64
 	relErrors  atomic.Int64
+	// With allocation keys: tries sent again, and given-up requests
+	// whose key was found holding a server (given back), holding none,
+	// or never answered for.
+	retries       atomic.Int64
+	resolved      atomic.Int64
+	resolvedEmpty atomic.Int64
+	resolveFailed atomic.Int64
 }
 
 // window is one turn of one target.
@@ -145,6 +169,8 @@ type runner struct {
 	timer     *time.Timer
 	first     bool      // the next turn is the measured run's first
 	epoch     time.Time // the origin of the precision's clock
+	keyPrefix string    // with allocation keys: the run's own
+	keySeq    atomic.Uint64
 }
 
 // Run drives the targets and returns what it measured. cfg is recorded in
@@ -171,6 +197,17 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 
 	r := &runner{opt: opt, callCtx: callCtx, relSem: make(chan struct{}, 64), relTimers: map[*time.Timer]func(){}, timer: time.NewTimer(time.Hour), epoch: time.Now()}
 	r.timer.Stop()
+	if opt.AllocationKeys {
+		for _, t := range targets {
+			if _, ok := t.Caller.(KeyedCaller); !ok {
+				return nil, fmt.Errorf("target %s: allocation keys: its caller (%T) cannot send them", t.Config.Name, t.Caller)
+			}
+		}
+		var err error
+		if r.keyPrefix, err = keyPrefix(); err != nil {
+			return nil, err
+		}
+	}
 	for _, t := range targets {
 		tr := &targetRun{Target: t, sem: make(chan struct{}, opt.MaxInFlight)}
 		tr.releasing.Store(opt.Release)
@@ -243,6 +280,7 @@ func Run(ctx context.Context, cfg Config, targets []Target, opt Options) (*Resul
 	for _, tr := range r.runs {
 		t := tr.rec.Result(tr.Config)
 		t.Released, t.ReleaseErrors = tr.released.Load(), tr.relErrors.Load()
+		t.Retries, t.Resolved, t.ResolvedEmpty, t.ResolveFailed = tr.retries.Load(), tr.resolved.Load(), tr.resolvedEmpty.Load(), tr.resolveFailed.Load()
 		if tr.prec != nil {
 			t.PreciseWaits, t.Behind = tr.prec.precise, tr.prec.behind
 		}
@@ -512,20 +550,40 @@ func (r *runner) call(tr *targetRun, due time.Time, s int, slot bool) {
 	}
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(r.callCtx, r.opt.Timeout)
-	code, sess := tr.Caller.Call(ctx)
+	var code codes.Code
+	var sess *Session
+	var key string
+	if r.opt.AllocationKeys {
+		code, sess, key = r.callKeyed(ctx, tr)
+	} else {
+		code, sess = tr.Caller.Call(ctx)
+	}
 	cancel()
 	got := time.Now()
 	if code != codes.OK && r.callCtx.Err() != nil {
 		code = codes.Canceled // we stopped it, whatever the transport said
 	}
 	tr.rec.Add(Sample{Second: s, Latency: got.Sub(due), Lateness: sent.Sub(due), Code: code})
-	if code == codes.OK && sess != nil && tr.releasing.Load() {
-		r.release(tr, sess)
+	if !tr.releasing.Load() {
+		return
+	}
+	switch {
+	case code == codes.OK && sess != nil:
+		r.release(tr, sess, r.sessionLength())
+	case key != "" && AnswerLost(code):
+		r.resolve(tr, key)
 	}
 }
 
-// release gives a session back after its length, off the request path.
-func (r *runner) release(tr *targetRun, sess *Session) {
+func (r *runner) sessionLength() time.Duration {
+	if r.opt.SessionLength == nil {
+		return 0
+	}
+	return r.opt.SessionLength()
+}
+
+// release gives a session back after l, off the request path.
+func (r *runner) release(tr *targetRun, sess *Session, l time.Duration) {
 	r.relWG.Add(1)
 	fire := func() {
 		defer r.relWG.Done()
@@ -548,10 +606,6 @@ func (r *runner) release(tr *targetRun, sess *Session) {
 			tr.relErrors.Add(1)
 		}
 	}
-	var l time.Duration
-	if r.opt.SessionLength != nil {
-		l = r.opt.SessionLength()
-	}
 	if l <= 0 {
 		go fire()
 		return
@@ -569,8 +623,9 @@ func (r *runner) release(tr *targetRun, sess *Session) {
 }
 
 // finishReleases gives back, now, the sessions still running, so a run
-// does not leave a fleet allocated, and waits (at most a minute) for the
-// releases to finish.
+// does not leave a fleet allocated, and waits (at most a minute, or as
+// long as a given-up request's key is resolved) for the releases to
+// finish.
 func (r *runner) finishReleases() {
 	r.relMu.Lock()
 	for t, fire := range r.relTimers {
@@ -584,7 +639,7 @@ func (r *runner) finishReleases() {
 	go func() { r.relWG.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(time.Minute):
+	case <-time.After(max(time.Minute, r.opt.ResolveFor+2*r.opt.Timeout)):
 	}
 }
 

@@ -60,6 +60,10 @@ func WriteSummary(w io.Writer, r *Result) error {
 		if t.Released > 0 || t.ReleaseErrors > 0 {
 			fmt.Fprintf(ew, "released %s: %d (%d failed)\n", t.Name, t.Released, t.ReleaseErrors)
 		}
+		if t.Retries > 0 || t.Resolved > 0 || t.ResolvedEmpty > 0 || t.ResolveFailed > 0 {
+			fmt.Fprintf(ew, "allocation keys %s: %d tries sent again; given up without an answer: %d held a server (given back), %d held none, %d unresolved\n",
+				t.Name, t.Retries, t.Resolved, t.ResolvedEmpty, t.ResolveFailed)
+		}
 	}
 	if len(r.Ratios) > 0 {
 		fmt.Fprintln(ew)

@@ -32,12 +32,26 @@ const (
 	releasePath  = "/v1/allocations:release"
 )
 
+// AllocationKeyHeader is the HTTP header (and gRPC metadata) a REST
+// request's idempotency key travels in; gRPC requests carry the key as
+// the annotation wire.AllocationKeyAnnotation.
+const AllocationKeyHeader = "quartermaster-allocation-key"
+
+var (
+	_ KeyedCaller = (*grpcCaller)(nil)
+	_ KeyedCaller = (*restCaller)(nil)
+)
+
 // Session is a game server an allocation handed out, to give back later.
 type Session struct {
 	Namespace, Name string
 	// Source is the answer's source: "local", or the endpoint of the
 	// cluster a multi-cluster request was forwarded to (for traces).
 	Source string
+	// Key is the idempotency key the allocation was made with, if any. A
+	// Session with a Key and no Name stands for whatever the key's
+	// allocation is: its Release releases by key.
+	Key string
 }
 
 // A Caller sends one kind of request to one target.
@@ -211,9 +225,35 @@ func (g *grpcCaller) Call(ctx context.Context) (codes.Code, *Session) {
 	return codes.OK, &Session{Namespace: g.ns, Name: a.name, Source: a.source}
 }
 
+// CallKeyed implements KeyedCaller: the key rides in the request's
+// annotations, as an unchanged Agones client sends it.
+func (g *grpcCaller) CallKeyed(ctx context.Context, t Try) (codes.Code, *Session) {
+	if g.call == "echo" {
+		return g.Call(ctx)
+	}
+	q := g.allocQ.withKey(t.Key)
+	if g.unique != "" {
+		q = q.withAnnotation(g.unique, g.seq.Add(1))
+	}
+	var a allocAnswer
+	if err := g.conns[g.pick()].Invoke(ctx, allocation.AllocationService_Allocate_FullMethodName, q, &a, leanCall...); err != nil {
+		return status.Code(err), nil
+	}
+	return codes.OK, &Session{Namespace: g.ns, Name: a.name, Source: a.source, Key: t.Key}
+}
+
 func (g *grpcCaller) Release(ctx context.Context, s *Session) error {
-	_, err := g.admin[g.pick()].Release(ctx, &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name, Source: s.Source})
+	_, err := g.admin[g.pick()].Release(ctx, releaseRequest(s))
 	return err
+}
+
+// releaseRequest names a session's server, or its key when the session
+// stands for a key's allocation.
+func releaseRequest(s *Session) *qmv1.ReleaseRequest {
+	if s.Name == "" && s.Key != "" {
+		return &qmv1.ReleaseRequest{Namespace: s.Namespace, AllocationKey: s.Key, Source: s.Source}
+	}
+	return &qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name, Source: s.Source}
 }
 
 func (g *grpcCaller) Close() error {
@@ -261,13 +301,16 @@ func newRESTCaller(d Dial) (*restCaller, error) {
 	return r, nil
 }
 
-func (r *restCaller) post(ctx context.Context, path string, body []byte) (codes.Code, []byte) {
+func (r *restCaller) post(ctx context.Context, path string, body []byte, key string) (codes.Code, []byte) {
 	cl := r.clients[r.next.Add(1)%uint64(len(r.clients))]
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(body))
 	if err != nil {
 		return codes.Internal, nil
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(AllocationKeyHeader, key)
+	}
 	resp, err := cl.Do(req)
 	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
@@ -324,7 +367,17 @@ func codeForHTTP(s int) codes.Code {
 }
 
 func (r *restCaller) Call(ctx context.Context) (codes.Code, *Session) {
-	code, b := r.post(ctx, allocatePath, r.body)
+	return r.call(ctx, "")
+}
+
+// CallKeyed implements KeyedCaller: the key goes in the
+// quartermaster-allocation-key header.
+func (r *restCaller) CallKeyed(ctx context.Context, t Try) (codes.Code, *Session) {
+	return r.call(ctx, t.Key)
+}
+
+func (r *restCaller) call(ctx context.Context, key string) (codes.Code, *Session) {
+	code, b := r.post(ctx, allocatePath, r.body, key)
 	if code != codes.OK || !r.sessions {
 		return code, nil
 	}
@@ -332,15 +385,15 @@ func (r *restCaller) Call(ctx context.Context) (codes.Code, *Session) {
 	if err := wire.UnmarshalJSON(b, &resp); err != nil {
 		return codes.Internal, nil
 	}
-	return codes.OK, &Session{Namespace: r.ns, Name: resp.GetGameServerName(), Source: resp.GetSource()}
+	return codes.OK, &Session{Namespace: r.ns, Name: resp.GetGameServerName(), Source: resp.GetSource(), Key: key}
 }
 
 func (r *restCaller) Release(ctx context.Context, s *Session) error {
-	body, err := wire.MarshalJSON(&qmv1.ReleaseRequest{Namespace: s.Namespace, GameServerName: s.Name, Source: s.Source})
+	body, err := wire.MarshalJSON(releaseRequest(s))
 	if err != nil {
 		return err
 	}
-	if code, _ := r.post(ctx, releasePath, body); code != codes.OK {
+	if code, _ := r.post(ctx, releasePath, body, ""); code != codes.OK {
 		return status.Error(code, "release")
 	}
 	return nil

@@ -67,7 +67,13 @@ func (t *Tracer) record(it *traceItem, r *trace.Record) {
 }
 
 // Wrap returns c with every call recorded.
-func (t *Tracer) Wrap(c Caller) Caller { return &tracingCaller{Caller: c, t: t} }
+func (t *Tracer) Wrap(c Caller) Caller {
+	tc := &tracingCaller{Caller: c, t: t}
+	if _, ok := c.(KeyedCaller); ok {
+		return keyedTracingCaller{tc}
+	}
+	return tc
+}
 
 // Dropped is how many records were lost to a writer that fell behind.
 func (t *Tracer) Dropped() uint64 { return t.a.Dropped() }
@@ -86,6 +92,21 @@ type tracingCaller struct {
 func (c *tracingCaller) Call(ctx context.Context) (codes.Code, *Session) {
 	at := time.Now()
 	code, s := c.Caller.Call(ctx)
+	it := traceItem{at: at, code: code, latency: time.Since(at)}
+	if s != nil {
+		it.gs, it.source = gameServerKey(s), s.Source
+	}
+	c.t.a.Add(it)
+	return code, s
+}
+
+// keyedTracingCaller traces a KeyedCaller, and is one.
+type keyedTracingCaller struct{ *tracingCaller }
+
+func (c keyedTracingCaller) CallKeyed(ctx context.Context, t Try) (codes.Code, *Session) {
+	kc := c.Caller.(KeyedCaller) // Wrap made it only for one
+	at := time.Now()
+	code, s := kc.CallKeyed(ctx, t)
 	it := traceItem{at: at, code: code, latency: time.Since(at)}
 	if s != nil {
 		it.gs, it.source = gameServerKey(s), s.Source

@@ -50,7 +50,12 @@ target, else the first target).
 --duration) or steps:RATE@DURATION,... --duration is each target's measured
 time. With --release (the default) each allocated server is given back
 with Quartermaster's Release after --session; a target without Release
-(Agones) keeps its servers. Exit status 2 when an --expect threshold fails.
+(Agones) keeps its servers. --allocation-keys sends every request with an
+idempotency key of its own and a request whose answer was lost again with
+that key (the allocator answers it with the server it already allocated,
+so no retry holds a second one); with --release, a request that ran out
+of --timeout without an answer is then resolved by its key and what it
+allocated given back. Exit status 2 when an --expect threshold fails.
 
 Against Agones' own allocator: give --release=false (Agones has no
 Release, so every server allocated stays Allocated and the fleet must
@@ -85,6 +90,8 @@ type loadFlags struct {
 	namespace, scheduling         string
 	labels, annotations, counters multiFlag
 	uniqueAnnotation              string
+	allocationKeys                bool
+	attemptTimeout, resolveFor    time.Duration
 	listAdd, listDel              multiFlag
 	sels                          selectorFlags
 	trace                         string
@@ -266,6 +273,9 @@ func loadFlagSet(c *connFlags, f *loadFlags) *flag.FlagSet {
 	fs.Var(&f.labels, "label", "metadata label key=value to set on the allocated server (repeatable)")
 	fs.Var(&f.annotations, "annotation", "metadata annotation key=value to set (repeatable)")
 	fs.StringVar(&f.uniqueAnnotation, "unique-annotation", "", "annotation KEY every allocation request carries with a value of its own (a sequence number), as a match ID would: no two requests alike (gRPC targets)")
+	fs.BoolVar(&f.allocationKeys, "allocation-keys", false, "give every request an idempotency key of its own (the quartermaster.dev/allocation-key annotation over gRPC, the quartermaster-allocation-key header over REST) and send a request whose answer was lost (Unavailable, DeadlineExceeded, ...) again with the same key within --timeout; with --release, a request given up without an answer has its key asked about for --resolve-for and what it allocated given back")
+	fs.DurationVar(&f.attemptTimeout, "attempt-timeout", 0, "with --allocation-keys: each try's deadline within --timeout (default half of --timeout)")
+	fs.DurationVar(&f.resolveFor, "resolve-for", loadgen.DefaultResolveFor, "with --allocation-keys and --release: how long a request given up without an answer is asked about by its key")
 	fs.Var(&f.counters, "counter", "counter action NAME=Increment:N, NAME=Decrement:N or NAME=capacity:N (repeatable)")
 	fs.Var(&f.listAdd, "list-add", "list action NAME=VALUE (repeatable)")
 	fs.Var(&f.listDel, "list-delete", "list action NAME=VALUE (repeatable)")
@@ -332,6 +342,15 @@ func planLoad(c *connFlags, f *loadFlags, set map[string]bool) (*loadPlan, error
 			return nil, err
 		}
 		w.source += ", unique annotation " + k
+	}
+	if !f.allocationKeys && (set["attempt-timeout"] || set["resolve-for"]) {
+		return nil, errors.New("--attempt-timeout and --resolve-for are for --allocation-keys")
+	}
+	if f.attemptTimeout < 0 || f.attemptTimeout > c.timeout {
+		return nil, fmt.Errorf("--attempt-timeout %s: want a deadline within --timeout (%s)", f.attemptTimeout, c.timeout)
+	}
+	if f.resolveFor <= 0 {
+		return nil, fmt.Errorf("--resolve-for %s: want a positive duration", f.resolveFor)
 	}
 	if f.stream != "" && f.scenario == "" {
 		return nil, errors.New("--stream needs --scenario")
@@ -620,6 +639,7 @@ func loadConfig(c *connFlags, f *loadFlags, mode string, w *loadWork, tcs []load
 		TimeoutSeconds:  c.timeout.Seconds(),
 		Request:         w.source,
 		Release:         f.release,
+		AllocationKeys:  f.allocationKeys,
 		Reference:       tcs[ref].Name,
 		Shard:           shard,
 		Targets:         tcs,
@@ -631,20 +651,23 @@ func loadConfig(c *connFlags, f *loadFlags, mode string, w *loadWork, tcs []load
 		cfg.WindowSeconds = f.window.Seconds()
 	}
 	opt := loadgen.Options{
-		Closed:        mode == "closed",
-		Workers:       f.workers,
-		NewPacer:      w.newPacer,
-		MaxInFlight:   f.maxInFlight,
-		Duration:      f.duration,
-		Requests:      f.requests,
-		Warmup:        f.warmup,
-		Window:        f.window,
-		Timeout:       c.timeout,
-		Release:       f.release,
-		SessionLength: w.sessionLength,
-		Reference:     ref,
-		Spin:          f.spin,
-		Precise:       f.precise,
+		Closed:         mode == "closed",
+		Workers:        f.workers,
+		NewPacer:       w.newPacer,
+		MaxInFlight:    f.maxInFlight,
+		Duration:       f.duration,
+		Requests:       f.requests,
+		Warmup:         f.warmup,
+		Window:         f.window,
+		Timeout:        c.timeout,
+		Release:        f.release,
+		SessionLength:  w.sessionLength,
+		AllocationKeys: f.allocationKeys,
+		AttemptTimeout: f.attemptTimeout,
+		ResolveFor:     f.resolveFor,
+		Reference:      ref,
+		Spin:           f.spin,
+		Precise:        f.precise,
 	}
 	if f.precise == 0 {
 		opt.Precise = -1 // timers only

@@ -214,6 +214,66 @@ func TestLoadAgainstServe(t *testing.T) {
 	}
 }
 
+// qm load --allocation-keys against a real qm serve: every request, over
+// gRPC and over REST, reaches the allocator with a key of its own (its
+// count of keyed requests equals the requests sent), all answered, all
+// released.
+func TestLoadAllocationKeys(t *testing.T) {
+	addrs, certsDir, _ := serveForLoad(t)
+	addr := addrs["grpc"]
+	out := filepath.Join(t.TempDir(), "keys.json")
+	_, stderr, err := runLoadCmd(t, "--certs-dir", certsDir, "--target", "grpc="+addr, "--target", "rest=rest://"+addr,
+		"--rate", "40", "--duration", "1s", "--window", "250ms", "--selector", "mode=load", "--allocation-keys", "--out", out)
+	if err != nil {
+		t.Fatalf("qm load --allocation-keys: %v\n%s", err, stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := loadgen.ReadResult(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Config.AllocationKeys {
+		t.Error("the result does not record allocationKeys")
+	}
+	var sent int64
+	for _, tr := range res.Targets {
+		sent += tr.Sent
+		if tr.OK != tr.Sent || tr.Released != tr.OK || tr.Retries != 0 {
+			t.Errorf("%s: sent %d ok %d released %d retries %d", tr.Name, tr.Sent, tr.OK, tr.Released, tr.Retries)
+		}
+	}
+	if got := metricValue(t, addrs["http"], "qm_allocator_allocation_keys_total"); got != sent || sent == 0 {
+		t.Errorf("the allocator saw %d keyed requests; qm load sent %d", got, sent)
+	}
+	if got := metricValue(t, addrs["http"], "qm_allocator_allocation_key_replays_total"); got != 0 {
+		t.Errorf("%d replays: every key should be new", got)
+	}
+}
+
+// metricValue reads one unlabelled counter from the server's metrics.
+func metricValue(t *testing.T, httpAddr, name string) int64 {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", sc.Text(), err)
+			}
+			return int64(v)
+		}
+	}
+	return 0
+}
+
 func TestLoadRefusesBadInput(t *testing.T) {
 	dir := t.TempDir()
 	badReq := filepath.Join(dir, "bad.json")
@@ -253,6 +313,8 @@ func TestLoadRefusesBadInput(t *testing.T) {
 		{[]string{"--target", "a=rest://x:1", "--echo", "a"}, 2, "the target is REST"},
 		{[]string{"--unique-annotation", "bad key!"}, 2, `--unique-annotation "bad key!"`},
 		{[]string{"--target", "a=rest://x:1", "--unique-annotation", "example.com/match"}, 2, "target a is rest; it is for gRPC targets only"},
+		{[]string{"--attempt-timeout", "1s"}, 2, "are for --allocation-keys"},
+		{[]string{"--allocation-keys", "--attempt-timeout", "1h"}, 2, "want a deadline within --timeout"},
 		{[]string{"--reference", "zz"}, 2, `--reference "zz"`},
 		{[]string{"--request", badReq}, 2, "Sideways"},
 		{[]string{"--request", filepath.Join(dir, "missing.json")}, 2, "--request"},
