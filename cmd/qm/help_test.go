@@ -15,7 +15,7 @@ import (
 
 // subcommandArgs are the commands whose flags live one word deeper: each
 // must answer -h and a bad flag the same way as a plain command.
-var subcommandArgs = [][]string{{"cluster", "up"}, {"cluster", "down"}, {"cluster", "check"}, {"load", "merge"}, {"scenario", "run"}}
+var subcommandArgs = [][]string{{"cluster", "up"}, {"cluster", "down"}, {"cluster", "check"}, {"load", "merge"}, {"plan", "merge"}, {"scenario", "run"}, {"sim", "merge"}}
 
 // everyCommand lists every registered command, so that a command added
 // later is held to the same manners without editing this test.

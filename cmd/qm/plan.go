@@ -293,28 +293,22 @@ flags:
 
 // runPlanMerge is qm plan merge.
 func runPlanMerge(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("qm plan merge", flag.ContinueOnError)
-	out := fs.String("out", "", "write the plan as JSON to this file, for qm report")
-	quiet := fs.Bool("quiet", false, "no table")
-	usage, files, ok, err := parseFlagsAndFiles("plan merge", planMergeUsage, fs, args, stdout, stderr)
+	m, ok, err := parseMerge(mergeCommand[plan.PointReport]{
+		name: "plan merge", usage: planMergeUsage,
+		outHelp:   "write the plan as JSON to this file, for qm report",
+		quietHelp: "no table",
+		what:      "a plan's point", none: "no points given",
+		check: func(rep *plan.PointReport) error {
+			if rep.Kind != plan.PointKind {
+				return fmt.Errorf("not a plan's point (kind %q); qm plan --index writes one", rep.Kind)
+			}
+			return nil
+		},
+	}, args, stdout, stderr)
 	if !ok {
 		return err
 	}
-	if len(files) == 0 {
-		return usageFail(stderr, "plan merge", usage, "no points given")
-	}
-	var reps []*plan.PointReport
-	for _, f := range files {
-		rep, err := firstJSONDocument[plan.PointReport](f, "a plan's point")
-		if err != nil {
-			return err
-		}
-		if rep.Kind != plan.PointKind {
-			return fmt.Errorf("%s: not a plan's point (kind %q); qm plan --index writes one", f, rep.Kind)
-		}
-		reps = append(reps, rep)
-	}
-	res, err := plan.Merge(reps)
+	res, err := plan.Merge(m.docs)
 	var u *plan.Unsettled
 	if errors.As(err, &u) {
 		fmt.Fprintf(stderr, "qm plan merge: %v\n", err)
@@ -327,15 +321,15 @@ func runPlanMerge(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("the points' target: %w", err)
 	}
-	if !*quiet {
+	if !m.quiet {
 		printPlan(stdout, res, tg)
 	}
-	if *out != "" {
+	if m.out != "" {
 		b, err := json.MarshalIndent(res, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(m.out, append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
 	}

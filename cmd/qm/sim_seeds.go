@@ -56,33 +56,74 @@ flags:
 // runSimMerge is qm sim merge: the runs' reports, in seed order, through
 // the same merge as qm sim --seeds.
 func runSimMerge(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("qm sim merge", flag.ContinueOnError)
-	out := fs.String("out", "", "write the merged spread as JSON to this file (\"-\": to stdout)")
-	quiet := fs.Bool("quiet", false, "no table; only failures")
-	usage, files, ok, err := parseFlagsAndFiles("sim merge", simMergeUsage, fs, args, stdout, stderr)
+	m, ok, err := parseMerge(mergeCommand[scenarios.Report]{
+		name: "sim merge", usage: simMergeUsage,
+		outHelp:   "write the merged spread as JSON to this file (\"-\": to stdout)",
+		quietHelp: "no table; only failures",
+		what:      "a qm sim report", none: "no run reports given",
+		check: func(rep *scenarios.Report) error {
+			if rep.Kind != "SimulationReport" || rep.Results == nil {
+				return fmt.Errorf("not a qm sim report (kind %q); qm sim --out writes one", rep.Kind)
+			}
+			return nil
+		},
+	}, args, stdout, stderr)
 	if !ok {
 		return err
 	}
-	if len(files) == 0 {
-		return usageFail(stderr, "sim merge", usage, "no run reports given")
-	}
-	var reps []*scenarios.Report
-	for _, f := range files {
-		rep, err := firstJSONDocument[scenarios.Report](f, "a qm sim report")
-		if err != nil {
-			return err
-		}
-		if rep.Kind != "SimulationReport" || rep.Results == nil {
-			return fmt.Errorf("%s: not a qm sim report (kind %q); qm sim --out writes one", f, rep.Kind)
-		}
-		reps = append(reps, rep)
-	}
+	reps := m.docs
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].Results.Seed < reps[j].Results.Seed })
 	res, err := plan.MergeSeeds(reps)
 	if err != nil {
 		return err
 	}
-	return writeSpread(res, *out, *quiet, stdout, stderr)
+	return writeSpread(res, m.out, m.quiet, stdout, stderr)
+}
+
+// mergeCommand describes a merge command (qm sim merge, qm plan merge):
+// its name and usage, its flags' help, what its files hold (a T, named
+// what, which check accepts), and the mistake of giving none.
+type mergeCommand[T any] struct {
+	name, usage        string
+	outHelp, quietHelp string
+	what, none         string
+	check              func(*T) error
+}
+
+// merged is a merge command's --out, --quiet, and the first JSON document
+// of each file given, in the order given.
+type merged[T any] struct {
+	out   string
+	quiet bool
+	docs  []*T
+}
+
+// parseMerge parses a merge command's flags and files and reads each
+// file's first JSON document; ok false means the command is over, with err
+// (nil after -h). A file that is not a T names itself in the error.
+func parseMerge[T any](c mergeCommand[T], args []string, stdout, stderr io.Writer) (m merged[T], ok bool, err error) {
+	fs := flag.NewFlagSet("qm "+c.name, flag.ContinueOnError)
+	out := fs.String("out", "", c.outHelp)
+	quiet := fs.Bool("quiet", false, c.quietHelp)
+	usage, files, ok, err := parseFlagsAndFiles(c.name, c.usage, fs, args, stdout, stderr)
+	if !ok {
+		return m, false, err
+	}
+	if len(files) == 0 {
+		return m, false, usageFail(stderr, c.name, usage, "%s", c.none)
+	}
+	for _, f := range files {
+		doc, err := firstJSONDocument[T](f, c.what)
+		if err != nil {
+			return m, false, err
+		}
+		if err := c.check(doc); err != nil {
+			return m, false, fmt.Errorf("%s: %w", f, err)
+		}
+		m.docs = append(m.docs, doc)
+	}
+	m.out, m.quiet = *out, *quiet
+	return m, true, nil
 }
 
 // writeSpread writes res to out (if any) and the table or the failures to
