@@ -176,11 +176,11 @@ type nodeInfo struct {
 type group struct {
 	key groupKey
 	all []*entry
-	// nodes are the group's groupNodes, each at its groupPos. A group not
-	// ordered keeps a node whose last member left until the node leaves
-	// the index (releaseNode) or the group starts its order: servers come
-	// and go on the same nodes, and each return would otherwise make the
-	// groupNode anew.
+	// nodes are the group's groupNodes, each at its groupPos. A group
+	// keeps a node whose last member left until the node leaves the index
+	// (releaseNode), out of its order if it has one: servers come and go
+	// on the same nodes, and each return would otherwise make the
+	// groupNode anew. Starting the order drops the empty ones.
 	nodes []*groupNode
 	// dropped says dropGroup took the group out of the index; other says
 	// which group has the same namespace and label but the other
@@ -723,11 +723,12 @@ func (ix *Index) releaseNode(n *nodeInfo) {
 	if ix.nodes[n.name] == n {
 		delete(ix.nodes, n.name)
 	}
-	// With no server left the node is empty in every group. An ordered
-	// group drops it when it re-sorts it (it is dirty there); the others
-	// kept it for its servers' return, which will not come.
+	// With no server left the node is empty in every group, kept there
+	// for its servers' return, which will not come. An ordered group's
+	// node still dirty is dropped when the group re-sorts it (refresh
+	// sees the node has no server); the others go now.
 	for i := len(n.gns) - 1; i >= 0; i-- {
-		if gn := n.gns[i]; !gn.g.ordered {
+		if gn := n.gns[i]; !gn.g.ordered || !gn.dirty {
 			gn.g.dropNode(gn)
 		}
 	}
@@ -748,9 +749,11 @@ func (ix *Index) count(n *nodeInfo, st State, delta int) {
 }
 
 // markDirty marks the node for re-sorting in every ordered group it is in.
+// A node with no members in a group and out of its order has nothing to
+// re-sort there: join marks it when a member arrives.
 func (n *nodeInfo) markDirty() {
 	for _, gn := range n.gns {
-		if gn.g.ordered {
+		if gn.g.ordered && (gn.inOrder || len(gn.members) > 0) {
 			gn.markDirty()
 		}
 	}
@@ -1014,7 +1017,11 @@ func (ix *Index) leave(e *entry, m membership) {
 		// big node). The slice starts one further on; append reallocates
 		// when the tail runs out, which gives the front back.
 		gn.members[0] = member{}
-		gn.members = gn.members[1:]
+		if len(gn.members) == 1 {
+			gn.members = gn.members[:0] // keeps the whole capacity for the next
+		} else {
+			gn.members = gn.members[1:]
+		}
 	} else if i > 0 {
 		copy(gn.members[i:], gn.members[i+1:])
 		gn.members[len(gn.members)-1] = member{}
@@ -1062,11 +1069,17 @@ func (g *group) refresh(n int) bool {
 		g.dirty = g.dirty[:last]
 		gn.dirty = false
 		if len(gn.members) == 0 {
+			// Out of the order, but kept while the node has servers:
+			// servers come and go on the same nodes, and a node whose
+			// last Ready server was allocated gets one back at the end
+			// of a session.
 			if gn.inOrder {
 				g.order.delete(gn)
 				gn.inOrder = false
 			}
-			g.dropNode(gn)
+			if gn.node.servers == 0 {
+				g.dropNode(gn)
+			}
 			continue
 		}
 		head := gn.members[0].name

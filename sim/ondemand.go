@@ -218,7 +218,7 @@ func (w *world) createDone(id int32) {
 		Version:   strconv.FormatUint(cl.rev, 10),
 	}
 	sv.rev, sv.state = cl.rev, stAllocated
-	w.propagate(cl, r.slot, sv.gs, false)
+	w.propagate(cl, r.slot, sv.gs, false, -1)
 	if w.loss != nil && w.loss.answer(id, r.slot) {
 		cl.m.Allocated++
 		cl.od.allocated++

@@ -50,7 +50,10 @@ const (
 )
 
 type server struct {
-	gs    *core.GameServer // latest state (nil while Starting)
+	gs *core.GameServer // latest state (nil while Starting)
+	// name is the fleet server's name, made at its first Ready: each
+	// return to Ready names it again without reading the old object.
+	name  string
 	rev   uint64
 	node  int32
 	fleet int16
@@ -751,7 +754,7 @@ func (w *world) writeDone(id int32) {
 		sv.gs, sv.rev, sv.state = gs, cl.rev, stAllocated
 		rp.ix.Commit(res, nil)
 		rp.seen[slot] = cl.rev
-		w.propagate(cl, slot, gs, false)
+		w.propagate(cl, slot, gs, false, int(r.replica))
 		if w.loss != nil {
 			ri := int(r.replica)
 			if w.loss.answer(id, slot) {
@@ -884,15 +887,12 @@ func (w *world) markReady(cl *cluster, slot int32, initial bool) {
 	cl.rev++
 	sv.rev = cl.rev
 	sv.state = stReady
-	name := ""
-	if sv.gs != nil {
-		name = sv.gs.Name // Ready again after a session
-	} else {
-		name = f.cfg.Name + "-" + strconv.Itoa(int(slot))
+	if sv.name == "" {
+		sv.name = f.cfg.Name + "-" + strconv.Itoa(int(slot))
 	}
 	sv.gs = &core.GameServer{
 		Namespace: core.DefaultNamespace,
-		Name:      name,
+		Name:      sv.name,
 		Labels:    f.labels,
 		State:     core.StateReady,
 		NodeName:  cl.nodes[sv.node].name,
@@ -907,7 +907,7 @@ func (w *world) markReady(cl *cluster, slot int32, initial bool) {
 		}
 		return
 	}
-	w.propagate(cl, slot, sv.gs, false)
+	w.propagate(cl, slot, sv.gs, false, -1)
 }
 
 func (w *world) sessionEnd(cl *cluster, slot int32) {
@@ -956,7 +956,7 @@ func (w *world) deleteServer(cl *cluster, slot int32) {
 	if cl.nodes[n].used == 0 {
 		cl.nodesInUse--
 	}
-	w.propagate(cl, slot, sv.gs, true)
+	w.propagate(cl, slot, sv.gs, true, -1)
 	// The deliveries keep what they need; a slot must not keep a dead
 	// server's object alive for the rest of the run.
 	sv.gs = nil
@@ -1058,12 +1058,14 @@ func (cl *cluster) setUsed(n int32, used int32) {
 
 // --- informers ------------------------------------------------------------
 
-// propagate sends a change of the truth to every replica's cache.
-func (w *world) propagate(cl *cluster, slot int32, gs *core.GameServer, del bool) {
+// propagate sends a change of the truth, at a revision no cache has yet,
+// to every replica's cache but the writer's (-1: none), which has it
+// already.
+func (w *world) propagate(cl *cluster, slot int32, gs *core.GameServer, del bool, writer int) {
 	rev := cl.servers[slot].rev
 	for ri, rp := range cl.replicas {
-		if rp.seen[slot] >= rev {
-			continue // the replica that wrote it has it already
+		if ri == writer {
+			continue
 		}
 		d := delivery{at: w.now, slot: slot, del: del, rev: rev, gs: gs}
 		if rp.instant && len(rp.fifo) == rp.head {
