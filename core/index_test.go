@@ -481,3 +481,59 @@ func TestListState(t *testing.T) {
 		t.Fatalf("List has %d servers", n)
 	}
 }
+
+// TestOrderedGroupKeepsEmptiedNode: in a group kept in Packed order, a node
+// whose last Ready server is allocated stays in the group, out of the
+// order, and its server's return finds it there instead of a new one; the
+// node leaves the group with its last server.
+func TestOrderedGroupKeepsEmptiedNode(t *testing.T) {
+	ix := NewIndex()
+	ix.Upsert(ready("a1", "node-a", FleetLabel, "f"))
+	ix.Upsert(ready("b1", "node-b", FleetLabel, "f"))
+	req := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{FleetLabel: "f"}}}})
+	res, err := ix.AllocateAndCommit(req, t0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ix.groups[groupKey{"default", StateReady, FleetLabel, "f"}]
+	if g == nil || !g.ordered {
+		t.Fatal("the fleet's Ready group is missing or not in Packed order")
+	}
+	node := ix.nodes[res.GameServer.NodeName]
+	inGroup := func() *groupNode {
+		for _, gn := range node.gns {
+			if gn.g == g {
+				return gn
+			}
+		}
+		return nil
+	}
+	g.refresh(-1)
+	kept := inGroup()
+	if kept == nil || kept.inOrder || len(kept.members) != 0 {
+		t.Fatalf("node %s after its last Ready server was allocated: %+v, want kept empty, out of the order", node.name, kept)
+	}
+	checkGroups(t, ix)
+
+	back := withState(res.GameServer, StateReady)
+	ix.Upsert(back)
+	g.refresh(-1)
+	if gn := inGroup(); gn != kept || !gn.inOrder || len(gn.members) != 1 {
+		t.Fatalf("the server's return: node %s in the group as %p (kept %p), in order %v", node.name, gn, kept, gn != nil && gn.inOrder)
+	}
+	// Its node is Packed's first choice again.
+	if res2, err := ix.AllocateAndCommit(req, t0, 0); err != nil || res2.GameServer.Name != back.Name {
+		t.Fatalf("allocation after the return: %v, %v; want %s", res2, err, back.Name)
+	}
+	g.refresh(-1) // out of the order again, and no longer dirty
+	checkGroups(t, ix)
+
+	ix.Remove(back.Key())
+	g.refresh(-1)
+	for _, gn := range g.nodes {
+		if gn.node == node {
+			t.Fatalf("node %s left the index but is still in the Ready group", node.name)
+		}
+	}
+	checkGroups(t, ix)
+}
