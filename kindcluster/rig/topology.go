@@ -253,126 +253,157 @@ var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // Validate checks the topology and names every problem.
 func (t *Topology) Validate() error {
-	var errs []FieldError
-	add := func(path, format string, args ...any) {
-		errs = append(errs, FieldError{path, fmt.Sprintf(format, args...)})
-	}
+	c := &topologyChecker{}
 	s := &t.Spec
 	if s.Provider != ProviderLocal && s.Provider != ProviderKind {
-		add("spec.provider", "must be %s or %s, not %q", ProviderLocal, ProviderKind, s.Provider)
+		c.add("spec.provider", "must be %s or %s, not %q", ProviderLocal, ProviderKind, s.Provider)
 	}
 	if !dnsLabel.MatchString(s.Namespace) {
-		add("spec.namespace", "%q is not a Kubernetes namespace name", s.Namespace)
+		c.add("spec.namespace", "%q is not a Kubernetes namespace name", s.Namespace)
 	}
-	if len(s.Clusters) == 0 {
-		add("spec.clusters", "at least one cluster is needed")
-	}
-	if len(s.Clusters) > maxClusters {
-		add("spec.clusters", "at most %d clusters fit on one machine, got %d", maxClusters, len(s.Clusters))
-	}
-	clusters := map[string]bool{}
-	servers := 0
-	for i, c := range s.Clusters {
-		p := fmt.Sprintf("spec.clusters[%d]", i)
-		switch {
-		case !dnsLabel.MatchString(c.Name):
-			add(p+".name", "%q must be a DNS label (lower-case letters, digits, '-')", c.Name)
-		case c.Name == CallersName:
-			add(p+".name", "%q is reserved for the callers' end of a link", c.Name)
-		case clusters[c.Name]:
-			add(p+".name", "%q is used by another cluster", c.Name)
-		}
-		clusters[c.Name] = true
-		if r := *c.Allocator.Replicas; r < 1 || r > maxReplicas {
-			add(p+".allocator.replicas", "must be 1 to %d, got %d", maxReplicas, r)
-		}
-		if c.Nodes.Count < 1 || c.Nodes.Slots < 1 {
-			add(p+".nodes", "count and slots must be positive")
-		}
-		fleets := map[string]bool{}
-		for j, f := range c.Fleets {
-			fp := fmt.Sprintf("%s.fleets[%d]", p, j)
-			if !dnsLabel.MatchString(f.Name) {
-				add(fp+".name", "%q must be a DNS label", f.Name)
-			}
-			if fleets[f.Name] {
-				add(fp+".name", "%q is used by another fleet of this cluster", f.Name)
-			}
-			fleets[f.Name] = true
-			if f.Replicas < 0 {
-				add(fp+".replicas", "must not be negative")
-			}
-			servers += max(f.Replicas, 0)
-			if f.Scheduling != "Packed" && f.Scheduling != "Distributed" {
-				add(fp+".scheduling", "must be Packed or Distributed, not %q", f.Scheduling)
-			}
-			for _, k := range sortedKeys(f.Counters) {
-				if v := f.Counters[k].Capacity; k == "" || v < 0 {
-					add(fmt.Sprintf("%s.counters[%q]", fp, k), "needs a name and a capacity of at least 0")
-				}
-			}
-			for _, k := range sortedKeys(f.Lists) {
-				if v := f.Lists[k].Capacity; k == "" || v < 0 || v > 1000 {
-					add(fmt.Sprintf("%s.lists[%q]", fp, k), "needs a name and a capacity of 0 to 1000")
-				}
-			}
-		}
-	}
-	if servers > maxServersPerRig {
-		add("spec.clusters", "%d game servers in all; a rig on one machine holds at most %d (scale the fleets down)", servers, maxServersPerRig)
-	}
-	policies := map[string]bool{}
-	for i, p := range s.Policies {
-		pp := fmt.Sprintf("spec.policies[%d]", i)
-		if !dnsLabel.MatchString(p.Name) {
-			add(pp+".name", "%q must be a DNS label", p.Name)
-		}
-		if policies[p.Name] {
-			add(pp+".name", "%q is used by another policy", p.Name)
-		}
-		policies[p.Name] = true
-		if !clusters[p.ConnectionInfo.ClusterName] {
-			add(pp+".connectionInfo.clusterName", "%q is not one of the clusters (%s)", p.ConnectionInfo.ClusterName, strings.Join(sortedKeys(clusters), ", "))
-		}
-		if p.Priority < 0 {
-			add(pp+".priority", "must not be negative")
-		}
-		if *p.Weight < 0 {
-			add(pp+".weight", "must not be negative")
-		}
-	}
-	link := func(path string, l Link) {
-		if l.Latency < 0 || l.Latency.D() > maxLatency {
-			add(path+".latency", "must be 0 to %v", maxLatency)
-		}
-		if l.Jitter < 0 || l.Jitter > l.Latency {
-			add(path+".jitter", "must be 0 to the latency (%v)", l.Latency.D())
-		}
-	}
-	link("spec.links.callers", s.Links.Callers)
-	link("spec.links.clusters", s.Links.Clusters)
-	seen := map[[2]string]bool{}
-	for i, o := range s.Links.Overrides {
-		p := fmt.Sprintf("spec.links.overrides[%d]", i)
-		if o.From != CallersName && !clusters[o.From] {
-			add(p+".from", "%q is neither %q nor a cluster", o.From, CallersName)
-		}
-		if !clusters[o.To] {
-			add(p+".to", "%q is not a cluster", o.To)
-		}
-		if o.From == o.To {
-			add(p, "a link joins two different ends")
-		}
-		if seen[[2]string{o.From, o.To}] {
-			add(p, "the link %s -> %s is set twice", o.From, o.To)
-		}
-		seen[[2]string{o.From, o.To}] = true
-		link(p, Link{o.Latency, o.Jitter})
-	}
-	if len(errs) == 0 {
+	clusters := c.clusters(s.Clusters)
+	c.policies(s.Policies, clusters)
+	c.links(s.Links, clusters)
+	if len(c.errs) == 0 {
 		return nil
 	}
-	return &ValidationError{Errors: errs}
+	return &ValidationError{Errors: c.errs}
+}
+
+// topologyChecker collects the problems Validate finds, each at its path.
+type topologyChecker struct{ errs []FieldError }
+
+func (c *topologyChecker) add(path, format string, args ...any) {
+	c.errs = append(c.errs, FieldError{path, fmt.Sprintf(format, args...)})
+}
+
+// clusters checks the clusters and their fleets, and the rig's size in
+// all; it returns the clusters' names.
+func (c *topologyChecker) clusters(cs []ClusterSpec) map[string]bool {
+	if len(cs) == 0 {
+		c.add("spec.clusters", "at least one cluster is needed")
+	}
+	if len(cs) > maxClusters {
+		c.add("spec.clusters", "at most %d clusters fit on one machine, got %d", maxClusters, len(cs))
+	}
+	names := map[string]bool{}
+	servers := 0
+	for i, cl := range cs {
+		p := fmt.Sprintf("spec.clusters[%d]", i)
+		switch {
+		case !dnsLabel.MatchString(cl.Name):
+			c.add(p+".name", "%q must be a DNS label (lower-case letters, digits, '-')", cl.Name)
+		case cl.Name == CallersName:
+			c.add(p+".name", "%q is reserved for the callers' end of a link", cl.Name)
+		case names[cl.Name]:
+			c.add(p+".name", "%q is used by another cluster", cl.Name)
+		}
+		names[cl.Name] = true
+		if r := *cl.Allocator.Replicas; r < 1 || r > maxReplicas {
+			c.add(p+".allocator.replicas", "must be 1 to %d, got %d", maxReplicas, r)
+		}
+		if cl.Nodes.Count < 1 || cl.Nodes.Slots < 1 {
+			c.add(p+".nodes", "count and slots must be positive")
+		}
+		servers += c.fleets(p, cl.Fleets)
+	}
+	if servers > maxServersPerRig {
+		c.add("spec.clusters", "%d game servers in all; a rig on one machine holds at most %d (scale the fleets down)", servers, maxServersPerRig)
+	}
+	return names
+}
+
+// fleets checks one cluster's fleets (p is the cluster's path) and returns
+// how many game servers they ask for.
+func (c *topologyChecker) fleets(p string, fs []Fleet) (servers int) {
+	names := map[string]bool{}
+	for j, f := range fs {
+		fp := fmt.Sprintf("%s.fleets[%d]", p, j)
+		if !dnsLabel.MatchString(f.Name) {
+			c.add(fp+".name", "%q must be a DNS label", f.Name)
+		}
+		if names[f.Name] {
+			c.add(fp+".name", "%q is used by another fleet of this cluster", f.Name)
+		}
+		names[f.Name] = true
+		if f.Replicas < 0 {
+			c.add(fp+".replicas", "must not be negative")
+		}
+		servers += max(f.Replicas, 0)
+		if f.Scheduling != "Packed" && f.Scheduling != "Distributed" {
+			c.add(fp+".scheduling", "must be Packed or Distributed, not %q", f.Scheduling)
+		}
+		for _, k := range sortedKeys(f.Counters) {
+			if v := f.Counters[k].Capacity; k == "" || v < 0 {
+				c.add(fmt.Sprintf("%s.counters[%q]", fp, k), "needs a name and a capacity of at least 0")
+			}
+		}
+		for _, k := range sortedKeys(f.Lists) {
+			if v := f.Lists[k].Capacity; k == "" || v < 0 || v > 1000 {
+				c.add(fmt.Sprintf("%s.lists[%q]", fp, k), "needs a name and a capacity of 0 to 1000")
+			}
+		}
+	}
+	return servers
+}
+
+// policies checks the policies against the clusters' names.
+func (c *topologyChecker) policies(ps []Policy, clusters map[string]bool) {
+	names := map[string]bool{}
+	for i, p := range ps {
+		pp := fmt.Sprintf("spec.policies[%d]", i)
+		if !dnsLabel.MatchString(p.Name) {
+			c.add(pp+".name", "%q must be a DNS label", p.Name)
+		}
+		if names[p.Name] {
+			c.add(pp+".name", "%q is used by another policy", p.Name)
+		}
+		names[p.Name] = true
+		if !clusters[p.ConnectionInfo.ClusterName] {
+			c.add(pp+".connectionInfo.clusterName", "%q is not one of the clusters (%s)", p.ConnectionInfo.ClusterName, strings.Join(sortedKeys(clusters), ", "))
+		}
+		if p.Priority < 0 {
+			c.add(pp+".priority", "must not be negative")
+		}
+		if *p.Weight < 0 {
+			c.add(pp+".weight", "must not be negative")
+		}
+	}
+}
+
+// links checks the default links and the overrides, whose ends must be
+// the callers or clusters.
+func (c *topologyChecker) links(ls Links, clusters map[string]bool) {
+	c.link("spec.links.callers", ls.Callers)
+	c.link("spec.links.clusters", ls.Clusters)
+	seen := map[[2]string]bool{}
+	for i, o := range ls.Overrides {
+		p := fmt.Sprintf("spec.links.overrides[%d]", i)
+		if o.From != CallersName && !clusters[o.From] {
+			c.add(p+".from", "%q is neither %q nor a cluster", o.From, CallersName)
+		}
+		if !clusters[o.To] {
+			c.add(p+".to", "%q is not a cluster", o.To)
+		}
+		if o.From == o.To {
+			c.add(p, "a link joins two different ends")
+		}
+		if seen[[2]string{o.From, o.To}] {
+			c.add(p, "the link %s -> %s is set twice", o.From, o.To)
+		}
+		seen[[2]string{o.From, o.To}] = true
+		c.link(p, Link{o.Latency, o.Jitter})
+	}
+}
+
+// link checks one link's latency and jitter.
+func (c *topologyChecker) link(path string, l Link) {
+	if l.Latency < 0 || l.Latency.D() > maxLatency {
+		c.add(path+".latency", "must be 0 to %v", maxLatency)
+	}
+	if l.Jitter < 0 || l.Jitter > l.Latency {
+		c.add(path+".jitter", "must be 0 to the latency (%v)", l.Latency.D())
+	}
 }
 
 // LinkBetween is the link from one end ("callers" or a cluster) to a
