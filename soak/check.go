@@ -42,7 +42,9 @@ type Config struct {
 	// window's rate may be and still count as recovered.
 	RecoverySlack float64
 	// Strict counts every Allocated server without a live session as
-	// dangling; otherwise a server whose last release failed, or one
+	// dangling, and is taken whenever the history's requests carry
+	// idempotency keys (a caller with keys retries a lost answer and
+	// resolves what it gave up, so nothing is left to explain); otherwise a server whose last release failed, or one
 	// allocated while a request whose outcome its caller could not know
 	// was in flight (the run explains why it is still held), is reported
 	// as explained.
@@ -81,11 +83,24 @@ type Result struct {
 	FaultSpans []Fault   `json:"faultSpans,omitempty"`
 	Timeline   []Second  `json:"timeline,omitempty"`
 
-	Requests int `json:"requests"`
-	OK       int `json:"ok"`
+	// Requests are the callers' requests (a keyed request's tries are
+	// one, History.Calls), OK those answered with a server. Retries are
+	// the tries sent again within a request's deadline; Resolves the
+	// requests given up without an answer whose keys were then asked
+	// about, ResolvedHeld those whose key held a server (given back).
+	Requests     int `json:"requests"`
+	OK           int `json:"ok"`
+	Retries      int `json:"retries,omitempty"`
+	Resolves     int `json:"resolves,omitempty"`
+	ResolvedHeld int `json:"resolvedHeld,omitempty"`
+	// Released and Live split the answers with a server (OK and
+	// ResolvedHeld) into those released and those still held when the
+	// run ended.
 	Released int `json:"released"`
-	// Live are OK sessions still held when the run ended.
-	Live     int       `json:"live"`
+	Live     int `json:"live"`
+	// Strict says the no-dangling promise explained nothing
+	// (Config.Strict, or a run whose requests carried keys).
+	Strict   bool      `json:"strict,omitempty"`
 	Promises []Promise `json:"promises"`
 	// Unread are clusters the snapshot could not read: what was answered
 	// on them is not checked against objects.
@@ -154,8 +169,9 @@ func (p *promise) violate(format string, args ...any) {
 // the settle period, when nothing the run started is still in flight.
 func Check(h *History, snap *Snapshot, cfg Config) *Result {
 	cfg = cfg.withDefaults()
+	cfg.Strict = cfg.Strict || h.Keyed()
 	c := checker{h: h, snap: snap, cfg: cfg, res: &Result{APIVersion: ResultAPIVersion, Kind: ResultKind,
-		Start: h.Run.Start, End: h.Run.End, FaultSpans: h.Faults}}
+		Start: h.Run.Start, End: h.Run.End, FaultSpans: h.Faults, Strict: cfg.Strict}}
 	c.index()
 	c.count()
 	c.doubleHolds()
@@ -235,13 +251,31 @@ func (c *checker) find(cluster string, s *Session) *GameServer {
 }
 
 func (c *checker) count() {
+	for _, call := range c.h.Calls() {
+		c.res.Requests++
+		if call.OK {
+			c.res.OK++
+		}
+	}
+	resolved := map[[2]string]bool{}
 	for i := range c.h.Sessions {
 		s := &c.h.Sessions[i]
-		c.res.Requests++
+		switch {
+		case s.Resolve:
+			k := [2]string{s.Caller, s.Key}
+			if _, seen := resolved[k]; !seen {
+				c.res.Resolves++
+			}
+			if s.Code == CodeOK && !resolved[k] {
+				c.res.ResolvedHeld++
+			}
+			resolved[k] = resolved[k] || s.Code == CodeOK
+		case s.Attempt > 0:
+			c.res.Retries++
+		}
 		if s.Code != CodeOK {
 			continue
 		}
-		c.res.OK++
 		if s.Release != nil {
 			c.res.Released++
 		} else {
@@ -497,21 +531,20 @@ func p99(h *hdrhistogram.Histogram) time.Duration {
 }
 
 func (c *checker) faults() {
-	sessions := make([]*Session, len(c.h.Sessions))
-	for i := range c.h.Sessions {
-		sessions[i] = &c.h.Sessions[i]
-	}
+	// Availability is the callers': a keyed request's tries are one
+	// request, failed only if no try within its deadline was answered.
+	sessions := c.h.Calls()
 	sort.SliceStable(sessions, func(i, j int) bool { return sessions[i].Sent.Before(sessions[j].Sent) })
-	// between returns the sessions sent in [from, to).
-	between := func(from, to time.Time) []*Session {
+	// between returns the requests sent in [from, to).
+	between := func(from, to time.Time) []Call {
 		lo := sort.Search(len(sessions), func(i int) bool { return !sessions[i].Sent.Before(from) })
 		hi := sort.Search(len(sessions), func(i int) bool { return !sessions[i].Sent.Before(to) })
 		return sessions[lo:hi]
 	}
-	failed := func(ss []*Session) int {
+	failed := func(ss []Call) int {
 		n := 0
 		for _, s := range ss {
-			if s.Code != CodeOK {
+			if !s.OK {
 				n++
 			}
 		}
@@ -526,7 +559,7 @@ func (c *checker) faults() {
 			continue
 		}
 		outN++
-		if s.Code != CodeOK {
+		if !s.OK {
 			outFailed++
 		}
 		record(outside, s.Answered.Sub(s.Sent))

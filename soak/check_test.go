@@ -37,6 +37,16 @@ func withKey(s Session, key string) Session {
 	return s
 }
 
+func withAttempt(s Session, attempt int, resolve bool) Session {
+	s.Attempt, s.Resolve = attempt, resolve
+	return s
+}
+
+func allocatedAt(g GameServer, sec float64) GameServer {
+	g.LastAllocated = at(sec).Format(time.RFC3339Nano)
+	return g
+}
+
 func failed(id uint64, caller, cluster string, sent float64, code string) Session {
 	return Session{Request: Request{ID: id, Caller: caller, Cluster: cluster, Sent: at(sent), Answered: at(sent + 0.01), Code: code}}
 }
@@ -219,6 +229,45 @@ func TestCheckPromises(t *testing.T) {
 			s:    unreadB,
 		},
 		{
+			// Without keys a server allocated while a request's answer
+			// was lost is explained; with keys nothing is: the caller
+			// retries with the key and resolves what it gave up.
+			name:    "unkeyed: a lost answer's server is explained",
+			h:       hist(failed(1, "alice", "a", 3, "Unavailable")),
+			s:       snap(allocatedAt(gs("a", "gs-1", "Allocated", "alice"), 3.005)),
+			explain: 1,
+		},
+		{
+			name:    "keyed: the same server dangles, strictly",
+			h:       hist(withKey(failed(1, "alice", "a", 3, "Unavailable"), "k1")),
+			s:       snap(allocatedAt(gs("a", "gs-1", "Allocated", "alice"), 3.005)),
+			want:    map[string]int{PromiseNoDangling: 1},
+			example: map[string]string{PromiseNoDangling: "a/default/gs-1 is Allocated"},
+		},
+		{
+			name: "keyed: a lost answer retried with its key, one server",
+			h: hist(withKey(failed(1, "alice", "a", 3, "Unavailable"), "k1"),
+				withAttempt(withKey(ok(2, "alice", "a", "", "gs-1", 3.5, 9), "k1"), 1, false)),
+			s: snap(gs("a", "gs-1", "Ready", "")),
+		},
+		{
+			// A retry that ignored the key allocated a second server: the
+			// first, whose answer was lost, is Allocated to no one's
+			// knowledge.
+			name: "keyed: a retry that allocated twice",
+			h: hist(withKey(failed(1, "alice", "a", 3, "Unavailable"), "k1"),
+				withAttempt(withKey(ok(2, "alice", "a", "", "gs-2", 3.5, 9), "k1"), 1, false)),
+			s:       snap(allocatedAt(gs("a", "gs-1", "Allocated", "alice"), 3.005), gs("a", "gs-2", "Ready", "")),
+			want:    map[string]int{PromiseNoDangling: 1},
+			example: map[string]string{PromiseNoDangling: "gs-1 is Allocated (owner \"alice\""},
+		},
+		{
+			name: "keyed: a given-up request resolved and given back",
+			h: hist(withKey(failed(1, "alice", "a", 3, "DeadlineExceeded"), "k1"),
+				withAttempt(withKey(ok(2, "alice", "a", "", "gs-1", 20, 20.5), "k1"), 0, true)),
+			s: snap(gs("a", "gs-1", "Ready", "")),
+		},
+		{
 			name: "examples are capped, violations are not",
 			h:    hist(),
 			s: snap(gs("a", "gs-1", "Allocated", "x"), gs("a", "gs-2", "Allocated", "x"),
@@ -267,6 +316,20 @@ func TestCheckCounts(t *testing.T) {
 		snap(gs("a", "gs-1", "Ready", ""), gs("a", "gs-2", "Allocated", "b")), Config{})
 	if r.Requests != 3 || r.OK != 2 || r.Released != 1 || r.Live != 1 {
 		t.Errorf("requests %d ok %d released %d live %d, want 3 2 1 1", r.Requests, r.OK, r.Released, r.Live)
+	}
+	// A keyed request's tries are one request; a resolve is none.
+	r = Check(hist(
+		withKey(failed(1, "a", "a", 1, "Unavailable"), "k1"),
+		withAttempt(withKey(failed(2, "a", "a", 1.2, "DeadlineExceeded"), "k1"), 1, false),
+		withAttempt(withKey(ok(3, "a", "a", "", "gs-1", 1.5, 2), "k1"), 2, false),
+		withKey(failed(4, "a", "a", 3, "Unavailable"), "k2"),
+		withAttempt(withKey(ok(5, "a", "a", "", "gs-2", 9, 10), "k2"), 0, true),
+		withKey(failed(6, "a", "a", 4, "Unavailable"), "k3"),
+		withAttempt(withKey(failed(7, "a", "a", 8, "NotFound"), "k3"), 0, true),
+	), snap(gs("a", "gs-1", "Ready", ""), gs("a", "gs-2", "Ready", "")), Config{})
+	if r.Requests != 3 || r.OK != 1 || r.Retries != 2 || r.Resolves != 2 || r.ResolvedHeld != 1 || r.Released != 2 || !r.Strict {
+		t.Errorf("keyed: requests %d ok %d retries %d resolves %d resolved held %d released %d strict %v, want 3 1 2 2 1 2 true",
+			r.Requests, r.OK, r.Retries, r.Resolves, r.ResolvedHeld, r.Released, r.Strict)
 	}
 	s := snap()
 	s.Clusters[0].Error = "timeout"

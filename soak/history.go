@@ -44,6 +44,12 @@ type Request struct {
 	// Key is the request's idempotency key, if it carried one: requests
 	// of one caller with one key are one allocation.
 	Key string `json:"key,omitempty"`
+	// Attempt numbers a keyed request's tries from 0: a try sent again,
+	// with the same key, after an answer was lost. Resolve marks a try
+	// sent after the caller gave the request up, to learn what its key
+	// allocated and give that back; it is not a request of the caller's.
+	Attempt int  `json:"attempt,omitempty"`
+	Resolve bool `json:"resolve,omitempty"`
 	// Cluster is the cluster the request was sent to.
 	Cluster string    `json:"cluster"`
 	Sent    time.Time `json:"sent"`
@@ -382,6 +388,63 @@ func (q *Request) validate() error {
 		return errors.New("field server is missing on an OK answer")
 	case q.Code != CodeOK && q.Server != "":
 		return fmt.Errorf("field server: set on a %s answer", q.Code)
+	case q.Attempt < 0:
+		return fmt.Errorf("field attempt: %d is negative", q.Attempt)
+	case (q.Attempt > 0 || q.Resolve) && q.Key == "":
+		return errors.New("field key is missing on a try sent again (attempt or resolve): only a keyed request is retried")
 	}
 	return nil
+}
+
+// Keyed says whether any request carried an idempotency key.
+func (h *History) Keyed() bool {
+	for i := range h.Sessions {
+		if h.Sessions[i].Key != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Call is one request as its caller saw it: a request without a key, or
+// every try of one caller's keyed request within its deadline (not the
+// resolves after it was given up), from the first try's send to the last
+// try's answer, OK if a try was answered OK.
+type Call struct {
+	Sent, Answered time.Time
+	OK             bool
+}
+
+// Calls are the history's requests as their callers made them, in the
+// order of their first lines.
+func (h *History) Calls() []Call {
+	var out []Call
+	byKey := map[[2]string]int{}
+	for i := range h.Sessions {
+		s := &h.Sessions[i]
+		if s.Resolve {
+			continue
+		}
+		ok := s.Code == CodeOK
+		if s.Key == "" {
+			out = append(out, Call{Sent: s.Sent, Answered: s.Answered, OK: ok})
+			continue
+		}
+		k := [2]string{s.Caller, s.Key}
+		j, seen := byKey[k]
+		if !seen {
+			byKey[k] = len(out)
+			out = append(out, Call{Sent: s.Sent, Answered: s.Answered, OK: ok})
+			continue
+		}
+		c := &out[j]
+		if s.Sent.Before(c.Sent) {
+			c.Sent = s.Sent
+		}
+		if s.Answered.After(c.Answered) {
+			c.Answered = s.Answered
+		}
+		c.OK = c.OK || ok
+	}
+	return out
 }

@@ -13,6 +13,8 @@ func TestHistoryRoundTrip(t *testing.T) {
 		withKey(ok(2, "bob", "a", "b", "gs-2", 2, -1), "k"),
 		failed(3, "carol", "a", 3, "ResourceExhausted"),
 		withRelease(ok(4, "dave", "b", "", "gs-3", 4, 9), "NotFound", true),
+		withAttempt(withKey(ok(5, "bob", "a", "", "gs-4", 5, -1), "k2"), 2, false),
+		withAttempt(withKey(failed(6, "bob", "a", 6, "NotFound"), "k3"), 0, true),
 	)
 	h.Faults = []Fault{{Kind: FaultLinkCut, Target: "a-b", Start: at(10), End: at(20)}}
 	var b bytes.Buffer
@@ -35,7 +37,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 	if err := w.End(h.Run.End); err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(b.String(), "\n"); n != 1+4+2+1+1 {
+	if n := strings.Count(b.String(), "\n"); n != 1+6+2+1+1 {
 		t.Errorf("%d lines, want one per event:\n%s", n, b.String())
 	}
 	got, err := ReadHistory(&b)
@@ -69,6 +71,9 @@ func TestReadHistoryErrors(t *testing.T) {
 		{"OK without server", run + strings.Replace(req, `,"server":"gs-1"`, "", 1), "line 2: request 1: field server is missing on an OK answer"},
 		{"error with server", run + strings.Replace(failedReq, `"}`, `","server":"gs-1"}`, 1), "line 2: request 2: field server: set on a Unavailable answer"},
 		{"answered before sent", run + strings.Replace(req, "03:00:02Z", "02:59:00Z", 1), "line 2: request 1: field answered: before sent"},
+		{"negative attempt", run + strings.Replace(req, `"code"`, `"key":"k","attempt":-1,"code"`, 1), "line 2: request 1: field attempt: -1 is negative"},
+		{"retry without key", run + strings.Replace(req, `"code"`, `"attempt":1,"code"`, 1), "line 2: request 1: field key is missing on a try sent again"},
+		{"resolve without key", run + strings.Replace(req, `"code"`, `"resolve":true,"code"`, 1), "line 2: request 1: field key is missing on a try sent again"},
 		{"id twice", run + req + req, "line 3: request: field id: 1 is used twice"},
 		{"release of nothing", run + rel, "line 2: release: field id: no request 1 before this line"},
 		{"release twice", run + req + rel + rel, "line 4: release: field id: request 1 is released twice"},

@@ -15,6 +15,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Requests: %d, answered OK: %d (released %d, held at the end %d); violations: %d\n\n",
 		r.Requests, r.OK, r.Released, r.Live, r.Violations())
+	if r.Retries > 0 || r.Resolves > 0 {
+		fmt.Fprintf(&b, "Allocation keys: %d tries sent again after a lost answer; %d requests given up and resolved by their keys, %d of which held a server (given back)\n\n",
+			r.Retries, r.Resolves, r.ResolvedHeld)
+	}
+	if r.Strict {
+		b.WriteString("Dangling servers counted strictly: none is explained.\n\n")
+	}
 	if len(r.Unread) > 0 {
 		fmt.Fprintf(&b, "Not checked against objects (cluster could not be read): %s\n\n", strings.Join(r.Unread, ", "))
 	}

@@ -31,6 +31,7 @@ const (
 	FaultSecretRotate     = "secret-rotate"     // a connection Secret rotated
 	FaultFleetScale       = "fleet-scale"       // a fleet scaled down, then back up
 	FaultSlowRemote       = "slow-remote"       // a remote allocator that answers slowly
+	FaultAnswerLost       = "answer-lost"       // requests reach the allocator, their answers are lost
 )
 
 // FaultKinds are the kinds a schedule may name, in the order reports list
@@ -38,6 +39,7 @@ const (
 var FaultKinds = []string{
 	FaultReplicaKill, FaultAPIServerRestart, FaultLinkCut, FaultLinkSlow,
 	FaultLinkLossy, FaultSecretRotate, FaultFleetScale, FaultSlowRemote,
+	FaultAnswerLost,
 }
 
 // DefaultJitter is how far, as a share of every, an interval between two

@@ -18,7 +18,8 @@ type Second struct {
 	P99    time.Duration `json:"p99"`
 }
 
-// Timeline buckets a history's requests by the second they were sent in,
+// Timeline buckets a history's requests (its Calls: a keyed request's
+// tries are one) by the second they were sent in,
 // from the run's start to its end; a second without requests is there
 // with zero counts, so a fault that stopped everything shows as a gap.
 func Timeline(h *History) []Second {
@@ -31,14 +32,13 @@ func Timeline(h *History) []Second {
 	for i := range out {
 		out[i].At = i
 	}
-	for i := range h.Sessions {
-		s := &h.Sessions[i]
+	for _, s := range h.Calls() {
 		k := int(s.Sent.Sub(h.Run.Start) / time.Second)
 		if k < 0 || k >= n {
 			continue
 		}
 		out[k].Sent++
-		if s.Code == CodeOK {
+		if s.OK {
 			out[k].OK++
 		} else {
 			out[k].Failed++

@@ -66,6 +66,7 @@ type linkFault struct {
 var needsRig = map[string]bool{
 	soak.FaultReplicaKill: true, soak.FaultAPIServerRestart: true, soak.FaultLinkCut: true,
 	soak.FaultLinkSlow: true, soak.FaultLinkLossy: true, soak.FaultSecretRotate: true, soak.FaultSlowRemote: true,
+	soak.FaultAnswerLost: true,
 }
 
 func (in *injector) intn(n int) int {
@@ -131,6 +132,10 @@ func (in *injector) pickTarget(kind string) string {
 			to = in.clusters[in.intn(len(in.clusters))]
 		}
 		return cl + "->" + to
+	case soak.FaultAnswerLost:
+		// The callers' own answers: what their keys are for (a
+		// forwarder's lost answers are link-lossy's and link-cut's).
+		return rig.CallersName + "->" + cl
 	}
 	return cl
 }
@@ -224,14 +229,17 @@ func (in *injector) apply(ctx context.Context, kind, target string) (func(contex
 			return nil, err
 		}
 		return func(ctx context.Context) error { return in.rig.StartAPIServer(ctx, target) }, nil
-	case soak.FaultLinkCut, soak.FaultLinkSlow:
+	case soak.FaultLinkCut, soak.FaultLinkSlow, soak.FaultAnswerLost:
 		links, err := in.linksOf(target)
 		if err != nil {
 			return nil, err
 		}
 		fault := rig.FaultDown
-		if kind == soak.FaultLinkSlow {
+		switch kind {
+		case soak.FaultLinkSlow:
 			fault = rig.FaultSlow
+		case soak.FaultAnswerLost:
+			fault = rig.FaultAnswerLost
 		}
 		if err := in.setLinks(links, fault, true); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
+	"github.com/quartermaster-dev/quartermaster/allocator/wire"
 	"github.com/quartermaster-dev/quartermaster/loadgen"
 	"github.com/quartermaster-dev/quartermaster/soak"
 )
@@ -107,6 +109,7 @@ func (e *entry) close() {
 // counters are what the progress lines show.
 type counters struct {
 	requests, ok, released, releaseFailed atomic.Int64
+	retries                               atomic.Int64 // tries sent again, and resolves
 	mu                                    sync.Mutex
 	errors                                map[string]int64
 }
@@ -171,19 +174,48 @@ type held struct {
 	s      *loadgen.Session
 }
 
-var _ loadgen.Caller = (*recorder)(nil)
+var _ loadgen.KeyedCaller = (*recorder)(nil)
 
-// Call implements loadgen.Caller.
+// Call implements loadgen.Caller: each request to the next entry cluster.
 func (r *recorder) Call(ctx context.Context) (codes.Code, *loadgen.Session) {
 	e := r.entries[int(r.next.Add(1)-1)%len(r.entries)]
+	return r.send(ctx, e, r.req, soak.Request{})
+}
+
+// CallKeyed implements loadgen.KeyedCaller: the key rides in the
+// request's annotations, as an Agones client sends it, and every try of
+// one key goes to the same entry cluster (keys are a cluster's own; its
+// replicas share them), chosen from the key so that keys spread over the
+// clusters.
+func (r *recorder) CallKeyed(ctx context.Context, t loadgen.Try) (codes.Code, *loadgen.Session) {
+	h := fnv.New32a()
+	h.Write([]byte(t.Key))
+	e := r.entries[int(h.Sum32()%uint32(len(r.entries)))]
+	q := &allocation.AllocationRequest{Namespace: r.req.GetNamespace(), MultiClusterSetting: r.req.GetMultiClusterSetting(),
+		Metadata: &allocation.MetaPatch{Annotations: map[string]string{wire.AllocationKeyAnnotation: t.Key}}}
+	code, s := r.send(ctx, e, q, soak.Request{Key: t.Key, Attempt: t.Attempt, Resolve: t.Resolve})
+	if s != nil {
+		s.Key = t.Key
+	}
+	return code, s
+}
+
+// send sends one request to entry e and writes its line; q's key fields
+// come from line.
+func (r *recorder) send(ctx context.Context, e *entry, req *allocation.AllocationRequest, line soak.Request) (codes.Code, *loadgen.Session) {
 	sent := time.Now()
-	resp, err := e.alloc[e.pick()].Allocate(ctx, r.req)
+	resp, err := e.alloc[e.pick()].Allocate(ctx, req)
 	answered := time.Now()
 	code := status.Code(err)
 	id := r.ids.Add(1)
-	q := soak.Request{ID: id, Caller: r.caller, Cluster: e.name, Sent: sent, Answered: answered,
-		Code: code.String(), Namespace: r.req.GetNamespace()}
-	r.count.requests.Add(1)
+	q := line
+	q.ID, q.Caller, q.Cluster, q.Sent, q.Answered = id, r.caller, e.name, sent, answered
+	q.Code, q.Namespace = code.String(), req.GetNamespace()
+	if !q.Resolve && q.Attempt == 0 {
+		r.count.requests.Add(1)
+	} else {
+		r.count.retries.Add(1)
+	}
 	if err != nil {
 		r.count.fail(code.String())
 		r.hist.request(q)

@@ -89,6 +89,12 @@ type Options struct {
 	Settle time.Duration
 	// Timeout is each request's deadline.
 	Timeout time.Duration
+	// NoAllocationKeys sends requests without idempotency keys. By default
+	// every request carries one (loadgen's AllocationKeys): a lost answer
+	// is retried with its key within Timeout, a request given up is
+	// resolved by its key for as long as a release is retried, and the
+	// checker counts dangling servers strictly.
+	NoAllocationKeys bool
 	// Check tunes the checker.
 	Check soak.Config
 
@@ -442,8 +448,12 @@ func (d *driven) run(ctx context.Context, opt *Options, logf func(string, ...any
 	inj := &injector{rig: d.rig, clusters: d.clusters, dyn: d.dyn, namespace: d.namespace,
 		rng: rand.New(rand.NewPCG(opt.Seed, 0x50a6)), hist: hist, log: logf,
 		links: map[linkFault]int{}, current: map[int]string{}, skipped: map[string]string{}, done: map[string]int{}}
-	logf("load: %g/s (Poisson) over %s for %s, sessions of %s on average; %d faults scheduled (seed %d)",
-		opt.Rate, strings.Join(d.clusters, ", "), opt.Duration, opt.Session, len(faults), opt.Seed)
+	keys := "with allocation keys (lost answers retried with them)"
+	if opt.NoAllocationKeys {
+		keys = "without allocation keys"
+	}
+	logf("load: %g/s (Poisson) over %s for %s, sessions of %s on average, %s; %d faults scheduled (seed %d)",
+		opt.Rate, strings.Join(d.clusters, ", "), opt.Duration, opt.Session, keys, len(faults), opt.Seed)
 
 	var wg sync.WaitGroup
 	fctx, stopFaults := context.WithCancel(ctx)
@@ -464,13 +474,14 @@ func (d *driven) run(ctx context.Context, opt *Options, logf func(string, ...any
 	sessRng := rand.New(rand.NewPCG(opt.Seed, 0x5e55))
 	cfg := loadgen.Config{Mode: "open", Arrival: fmt.Sprintf("poisson:%g", opt.Rate), Seed: opt.Seed,
 		MaxInFlight: 256, Connections: 1, DurationSeconds: opt.Duration.Seconds(), TimeoutSeconds: opt.Timeout.Seconds(),
-		Request: "soak"}
+		Request: "soak", Release: true, AllocationKeys: !opt.NoAllocationKeys}
 	load, err := loadgen.Run(ctx, cfg, []loadgen.Target{{
 		Config: loadgen.TargetConfig{Name: "soak", Addr: strings.Join(d.clusters, ","), Protocol: "grpc", Call: "allocate"},
 		Caller: rec,
 	}}, loadgen.Options{
 		NewPacer:    func() loadgen.Pacer { return loadgen.NewPoisson(opt.Rate, opt.Seed) },
 		MaxInFlight: 256, Duration: opt.Duration, Timeout: opt.Timeout, Release: true,
+		AllocationKeys: !opt.NoAllocationKeys, ResolveFor: releaseRetryFor,
 		SessionLength: func() time.Duration {
 			sessMu.Lock()
 			defer sessMu.Unlock()
@@ -571,6 +582,9 @@ func progress(opt *Options, start time.Time, c *counters, inj *injector, done <-
 		case now := <-t.C:
 			line := fmt.Sprintf("%s/%s  requests %d  ok %d  released %d",
 				now.Sub(start).Round(time.Second), opt.Duration, c.requests.Load(), c.ok.Load(), c.released.Load())
+			if n := c.retries.Load(); n > 0 {
+				line += fmt.Sprintf("  tries again %d", n)
+			}
 			if n := c.releaseFailed.Load(); n > 0 {
 				line += fmt.Sprintf(" (release failed %d)", n)
 			}

@@ -91,7 +91,7 @@ func TestShortSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
+	out := keptOnFailure(t)
 	var log bytes.Buffer
 	res, err := Run(context.Background(), Options{
 		Duration: time.Minute, Schedule: sched, Out: out, Topology: top, QM: qm, BinDir: binDir,
@@ -130,8 +130,16 @@ func TestShortSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every request carried a key, the faults lost answers that were
+	// retried with it, and dangling servers were counted strictly.
+	if r.Retries == 0 || !r.Strict {
+		t.Errorf("retries %d, strict %v: want tries sent again after lost answers, and a strict count", r.Retries, r.Strict)
+	}
 	forwarded := 0
 	for _, s := range h.Sessions {
+		if s.Key == "" {
+			t.Errorf("request %d carried no key", s.ID)
+		}
 		if s.Code == soak.CodeOK && s.Source != "" {
 			forwarded++
 			if s.Owner != rig.ForwarderIdentity(s.Cluster) {
@@ -153,6 +161,25 @@ func TestShortSoak(t *testing.T) {
 	if t.Failed() {
 		t.Logf("log:\n%s", log.String())
 	}
+}
+
+// keptOnFailure is a directory for a run's files that outlives a failed
+// test (its history, snapshot and allocator logs are what explains the
+// failure) and is removed after a passing one.
+func keptOnFailure(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "qm-soak-"+t.Name()+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the run's files are kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
 }
 
 // syncWriter lets the rig's goroutines and the faults' share a buffer.

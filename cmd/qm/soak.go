@@ -47,7 +47,7 @@ func newSoakCheckFlags() (*flag.FlagSet, *soakCheckOptions) {
 	o := &soakCheckOptions{}
 	fs.IntVar(&o.cfg.Examples, "examples", soak.DefaultExamples, "examples kept per promise")
 	fs.DurationVar(&o.cfg.Window, "window", soak.DefaultWindow, "the span after a fault whose failures count as after it, and the step of recovery")
-	fs.BoolVar(&o.cfg.Strict, "strict", false, "count an Allocated server whose release failed as dangling, not explained")
+	fs.BoolVar(&o.cfg.Strict, "strict", false, "count an Allocated server whose release failed, or that a lost answer may explain, as dangling (always so for a history whose requests carried keys)")
 	fs.StringVar(&o.json, "json", "", "also write the result as JSON to this file (for qm report)")
 	return fs, o
 }

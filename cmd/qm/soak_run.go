@@ -42,6 +42,12 @@ the snapshot, --certs-dir/--identity or --cert/--key/--cacert the callers'
 credentials. Faults that need the rig are skipped, with a note; a fleet
 scale needs only the API server and is injected.
 
+Every request carries an idempotency key of its own (--allocation-keys,
+on by default): an answer lost to a fault is retried with the key within
+--timeout, a request given up is resolved by its key afterwards and what
+it allocated given back, and the checker counts every Allocated server
+without a live session as dangling (--strict's rule).
+
 Progress lines go to stderr every few seconds, unless --quiet or CI is set
 in the environment. Exit status: 2 on any violation (or a usage
 mistake), 1 when the run could not be made, 0 when every promise held.
@@ -61,6 +67,7 @@ type soakRunFlags struct {
 	cert, key, cacert, certsDir        string
 	identity                           string
 	insecure                           bool
+	allocationKeys                     bool
 	check                              soak.Config
 }
 
@@ -91,7 +98,8 @@ func newSoakRunFlags() (*flag.FlagSet, *soakRunFlags) {
 	fs.BoolVar(&f.insecure, "insecure", false, "with --target, plaintext (an allocator run with --insecure-disable-tls)")
 	fs.IntVar(&f.check.Examples, "examples", soak.DefaultExamples, "examples kept per promise")
 	fs.DurationVar(&f.check.Window, "window", soak.DefaultWindow, "the span after a fault whose failures count as after it, and the step of recovery")
-	fs.BoolVar(&f.check.Strict, "strict", false, "count an Allocated server whose release failed as dangling, not explained")
+	fs.BoolVar(&f.allocationKeys, "allocation-keys", true, "send every request with an idempotency key of its own, retry a lost answer with it within --timeout, and resolve a request given up by its key (give back what it allocated); the checker then counts dangling servers strictly")
+	fs.BoolVar(&f.check.Strict, "strict", false, "count an Allocated server whose release failed, or that a lost answer may explain, as dangling (always so for a run with --allocation-keys)")
 	return fs, f
 }
 
@@ -188,7 +196,7 @@ func soakOptions(f *soakRunFlags, set map[string]bool) (*soakrun.Options, error)
 		return nil, fmt.Errorf("--window must be positive, got %s", f.check.Window)
 	}
 	opt := &soakrun.Options{Duration: f.duration, Seed: f.seed, Out: f.out, Rate: f.rate, Session: f.session,
-		Settle: f.settle, Timeout: f.timeout, Check: f.check, BinDir: f.binDir, QM: f.qm}
+		Settle: f.settle, Timeout: f.timeout, Check: f.check, BinDir: f.binDir, QM: f.qm, NoAllocationKeys: !f.allocationKeys}
 	if f.settle == 0 {
 		opt.Settle = -1 // no wait: Options reads 0 as the default
 	}
