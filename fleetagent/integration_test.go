@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -15,28 +14,19 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/fleetagent"
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // TestAgainstAPIServer runs the agent against a real kube-apiserver with
 // the allocator's kubernetes backend writing the same objects.
 func TestAgainstAPIServer(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "fleetagent", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "fleetagent")
+	c, dc := api.Cluster, api.Dynamic
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "games"
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dc, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fleets := dc.Resource(fleetagent.FleetResource).Namespace(ns)
+	api.Namespace(t, ctx, ns)
+	fleets := api.Fleets(ns)
 	if _, err := fleets.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "agones.dev/v1", "kind": "Fleet",
 		"metadata": map[string]any{"name": "green"},
@@ -67,7 +57,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 	}()
 
-	gss := dc.Resource(fleetagent.GameServerResource).Namespace(ns)
+	gss := api.GameServers(ns)
 	waitFor(t, ctx, "5 Ready", func() (bool, string) { return counts(t, ctx, gss, "Ready", 5) })
 	waitFor(t, ctx, "fleet status 5 ready", func() (bool, string) {
 		f, err := fleets.Get(ctx, "green", metav1.GetOptions{})
@@ -154,17 +144,8 @@ func counts(t *testing.T, ctx context.Context, gss dynamic.ResourceInterface, st
 	return len(l.Items) == want && by[st] == want, fmt.Sprint(by)
 }
 
+// waitFor waits for cond, for up to a minute.
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		ok, s := cond()
-		if ok {
-			return
-		}
-		last = s
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached within 60s (last: %s)", what, last)
+	kubetest.Eventually(t, ctx, time.Minute, what, cond)
 }

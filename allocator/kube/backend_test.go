@@ -11,56 +11,25 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 var nsSeq atomic.Int64
 
 // newNamespace makes a namespace of its own for one spec.
 func newNamespace(ctx context.Context) string {
-	cs, err := cluster.Clientset()
-	Expect(err).NotTo(HaveOccurred())
-	name := fmt.Sprintf("spec-%d", nsSeq.Add(1))
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	return name
+	return api.Namespace(GinkgoTB(), ctx, fmt.Sprintf("spec-%d", nsSeq.Add(1)))
 }
 
-func gameServers(ns string) dynamic.ResourceInterface {
-	dc, err := cluster.Dynamic()
-	Expect(err).NotTo(HaveOccurred())
-	return dc.Resource(kube.GameServerResource).Namespace(ns)
-}
-
-// agonesLike builds a Ready GameServer carrying fields the allocator does
-// not model, as Agones writes them.
-func agonesLike(ns, name, fleet, node string) *unstructured.Unstructured {
-	var obj map[string]any
-	Expect(json.Unmarshal([]byte(fmt.Sprintf(`{
-	  "apiVersion": "agones.dev/v1", "kind": "GameServer",
-	  "metadata": {"name": %q, "namespace": %q, "labels": {"agones.dev/fleet": %q}, "annotations": {"agones.dev/sdk-version": "1.60.0"}},
-	  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
-	    "template": {"metadata": {"creationTimestamp": null}, "spec": {"containers": [{"name": "gs", "image": "example/gs:0.1",
-	      "resources": {"requests": {"cpu": "20m"}}}]}}},
-	  "status": {"state": "Ready", "address": "10.0.0.7", "nodeName": %q,
-	    "addresses": [{"type": "InternalIP", "address": "10.0.0.7"}], "ports": [{"name": "default", "port": 7001}],
-	    "players": {"count": 0, "capacity": 0},
-	    "counters": {"rooms": {"count": 0, "capacity": 4}}, "lists": {"players": {"capacity": 8, "values": []}},
-	    "eviction": {"safe": "Never"}}}`, name, ns, fleet, node)), &obj)).To(Succeed())
-	return &unstructured.Unstructured{Object: obj}
-}
-
+// create creates u (a kubetest.GameServer) on the suite's API server.
 func create(ctx context.Context, u *unstructured.Unstructured) *unstructured.Unstructured {
-	out, err := gameServers(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	return out
+	return api.Create(GinkgoTB(), ctx, u)
 }
 
 func startBackend(ctx context.Context, ns string) *kube.Backend {
@@ -90,7 +59,7 @@ var _ = Describe("the kubernetes backend", func() {
 
 	It("writes state, metadata, counters and lists and keeps every other field", func() {
 		ns := newNamespace(ctx)
-		orig := create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))
+		orig := create(ctx, kubetest.GameServer(ns, "gs-a", "green", "node-1"))
 		b := startBackend(ctx, ns)
 		one, five := int64(1), int64(5)
 		req := request(&core.Request{
@@ -105,7 +74,7 @@ var _ = Describe("the kubernetes backend", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(a.GameServer.Name).To(Equal("gs-a"))
 
-		got, err := gameServers(ns).Get(ctx, "gs-a", metav1.GetOptions{})
+		got, err := api.GameServers(ns).Get(ctx, "gs-a", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(got.GetLabels()).To(Equal(map[string]string{core.FleetLabel: "green", "mode": "duel"}))
 		Expect(got.GetAnnotations()).To(Equal(map[string]string{"agones.dev/sdk-version": "1.60.0", "map": "dust", core.LastAllocatedAnnotation: "2026-11-22T03:00:00Z"}))
@@ -125,13 +94,13 @@ var _ = Describe("the kubernetes backend", func() {
 
 	It("keeps no managedFields, and its writes leave every writer's entries in place", func() {
 		ns := newNamespace(ctx)
-		u := agonesLike(ns, "gs-m", "green", "node-1")
-		_, err := gameServers(ns).Create(ctx, u, metav1.CreateOptions{FieldManager: "agones-controller"})
+		u := kubetest.GameServer(ns, "gs-m", "green", "node-1")
+		_, err := api.GameServers(ns).Create(ctx, u, metav1.CreateOptions{FieldManager: "agones-controller"})
 		Expect(err).NotTo(HaveOccurred())
 		b := startBackend(ctx, ns)
 		_, err = b.Allocate(ctx, fleetRequest(ns, "green"), time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC), 1)
 		Expect(err).NotTo(HaveOccurred())
-		got, err := gameServers(ns).Get(ctx, "gs-m", metav1.GetOptions{})
+		got, err := api.GameServers(ns).Get(ctx, "gs-m", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		managers := map[string]bool{}
 		for _, e := range got.GetManagedFields() {
@@ -145,7 +114,7 @@ var _ = Describe("the kubernetes backend", func() {
 
 	It("answers UnAllocated when nothing matches, and re-allocates an Allocated server on request", func() {
 		ns := newNamespace(ctx)
-		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "gs-a", "green", "node-1"))
 		b := startBackend(ctx, ns)
 		_, err := b.Allocate(ctx, fleetRequest(ns, "blue"), time.Now(), 1)
 		Expect(err).To(MatchError(core.ErrNoMatch))
@@ -163,17 +132,17 @@ var _ = Describe("the kubernetes backend", func() {
 
 	It("never hands out a server someone else changed behind its cache", func() {
 		ns := newNamespace(ctx)
-		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))
-		create(ctx, agonesLike(ns, "gs-b", "green", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "gs-a", "green", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "gs-b", "green", "node-1"))
 		b := startBackend(ctx, ns)
 		// Hold the informer's view still is not possible, so race it: take
 		// gs-a directly through the API, then allocate at once. Packed picks
 		// gs-a (name order) from a cache that may not have seen the write;
 		// the Update must conflict and the backend must move on to gs-b.
-		cur, err := gameServers(ns).Get(ctx, "gs-a", metav1.GetOptions{})
+		cur, err := api.GameServers(ns).Get(ctx, "gs-a", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(unstructured.SetNestedField(cur.Object, "Allocated", "status", "state")).To(Succeed())
-		_, err = gameServers(ns).Update(ctx, cur, metav1.UpdateOptions{})
+		_, err = api.GameServers(ns).Update(ctx, cur, metav1.UpdateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		a, err := b.Allocate(ctx, fleetRequest(ns, "green"), time.Now(), 1)
 		Expect(err).NotTo(HaveOccurred())
@@ -183,15 +152,15 @@ var _ = Describe("the kubernetes backend", func() {
 	It("sees a fleet deleted and recreated under the same names within seconds", func() {
 		ns := newNamespace(ctx)
 		for i := range 5 {
-			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
+			create(ctx, kubetest.GameServer(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
 		}
 		b := startBackend(ctx, ns)
 		for i := range 5 {
-			Expect(gameServers(ns).Delete(ctx, fmt.Sprintf("gs-%d", i), metav1.DeleteOptions{})).To(Succeed())
+			Expect(api.GameServers(ns).Delete(ctx, fmt.Sprintf("gs-%d", i), metav1.DeleteOptions{})).To(Succeed())
 		}
 		recreated := map[string]string{}
 		for i := range 5 {
-			u := agonesLike(ns, fmt.Sprintf("gs-%d", i), "blue", "node-2")
+			u := kubetest.GameServer(ns, fmt.Sprintf("gs-%d", i), "blue", "node-2")
 			recreated[u.GetName()] = string(create(ctx, u).GetUID())
 		}
 		Eventually(func() error {
@@ -209,7 +178,7 @@ var _ = Describe("the kubernetes backend", func() {
 		// index.
 		const servers = 3000
 		ns := newNamespace(ctx)
-		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		api.CreateFleet(GinkgoTB(), ctx, ns, "green", 0, servers)
 		b := startBackend(ctx, ns)
 		Expect(b.Ready()).To(BeTrue())
 		Expect(b.Index().Len()).To(Equal(servers))
@@ -217,7 +186,7 @@ var _ = Describe("the kubernetes backend", func() {
 
 	It("releases an allocation by shutting the server down", func() {
 		ns := newNamespace(ctx)
-		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "gs-a", "green", "node-1"))
 		b := startBackend(ctx, ns)
 		a, err := b.Allocate(ctx, fleetRequest(ns, "green"), time.Now(), 1)
 		Expect(err).NotTo(HaveOccurred())
@@ -236,7 +205,7 @@ var _ = Describe("the kubernetes backend", func() {
 		const servers, workers = 1500, 8
 		ns := newNamespace(ctx)
 		for i := range servers {
-			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%10)))
+			create(ctx, kubetest.GameServer(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%10)))
 		}
 		var replicas []*kube.Backend
 		for r := range 3 {
@@ -289,7 +258,7 @@ var _ = Describe("the kubernetes backend", func() {
 
 		// The API server's objects, not the allocator's word: every server
 		// is Allocated, by exactly the allocation that claimed it.
-		list, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+		list, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(list.Items).To(HaveLen(servers))
 		for _, u := range list.Items {

@@ -47,7 +47,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -55,6 +54,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 
 	. "github.com/onsi/gomega"
 )
@@ -150,8 +150,8 @@ func (r *recorder) done(start time.Time) *phase {
 }
 
 func BenchmarkKubeThroughput(b *testing.B) {
-	// The spec helpers (agonesLike, request) assert with Gomega; outside a
-	// Ginkgo suite their failures go to the benchmark.
+	// The spec helpers (request) assert with Gomega; outside a Ginkgo
+	// suite their failures go to the benchmark.
 	RegisterTestingT(b)
 	workers, n := envInt("QM_BENCH_WORKERS", 32), envInt("QM_BENCH_N", 1000)
 	spare := envInt("QM_BENCH_SPARE", 0)
@@ -160,18 +160,9 @@ func BenchmarkKubeThroughput(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	const ns = "bench"
-	cs, err := c.Clientset()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	dc, err := c.Dynamic()
-	if err != nil {
-		b.Fatal(err)
-	}
-	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
+	api := kubetest.Clients(b, c)
+	api.Namespace(b, ctx, ns)
+	gss := api.GameServers(ns)
 	fleets := map[string]int{"rawwatched": n}
 	for r := range rounds {
 		fleets[fmt.Sprintf("one-%d", r)] = n + spare
@@ -336,35 +327,15 @@ func rawAllocate(ctx context.Context, gss dynamic.ResourceInterface, u *unstruct
 	return err
 }
 
+// createFleets creates each fleet's Ready GameServers in ns, and returns
+// how many it created.
 func createFleets(ctx context.Context, gss dynamic.ResourceInterface, ns string, fleets map[string]int) (int, error) {
-	type job struct {
-		fleet string
-		i     int
-	}
-	jobs := make(chan job)
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for range 16 {
-		wg.Go(func() {
-			for j := range jobs {
-				u := agonesLike(ns, fmt.Sprintf("%s-%05d", j.fleet, j.i), j.fleet, fmt.Sprintf("node-%02d", j.i%75))
-				if _, err := gss.Create(ctx, u, metav1.CreateOptions{}); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-				}
-			}
-		})
-	}
 	total := 0
 	for f, n := range fleets {
-		for i := range n {
-			jobs <- job{f, i}
+		if err := kubetest.CreateFleet(ctx, gss, ns, f, 0, n); err != nil {
+			return 0, err
 		}
 		total += n
-	}
-	close(jobs)
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return 0, fmt.Errorf("creating GameServers: %w", err)
 	}
 	return total, nil
 }

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -37,6 +36,7 @@ import (
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/fleetagent"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -55,12 +55,9 @@ func BenchmarkCreateLatency(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	const ns = "bench"
-	cs, err := c.Clientset()
-	Expect(err).NotTo(HaveOccurred())
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	dc, err := c.Dynamic()
-	Expect(err).NotTo(HaveOccurred())
+	api := kubetest.Clients(b, c)
+	api.Namespace(b, ctx, ns)
+	dc := api.Dynamic
 	spec := map[string]any{
 		"ports":    []any{map[string]any{"name": "default", "containerPort": int64(7654)}},
 		"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "g", "image": "example/g"}}}},
@@ -70,7 +67,7 @@ func BenchmarkCreateLatency(b *testing.B) {
 		"metadata": map[string]any{"name": "warm", "namespace": ns},
 		"spec":     map[string]any{"replicas": int64(n + 10), "template": map[string]any{"spec": spec}},
 	}}
-	_, err = dc.Resource(fleetagent.FleetResource).Namespace(ns).Create(ctx, fleet, metav1.CreateOptions{})
+	_, err := api.Fleets(ns).Create(ctx, fleet, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	agent, err := fleetagent.New(fleetagent.Config{Client: dc, Namespace: ns, Startup: startup, Interval: interval, Session: 0, Seed: 1})
 	Expect(err).NotTo(HaveOccurred())

@@ -18,6 +18,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // On-demand servers against the real API server, with the test playing
@@ -49,7 +50,7 @@ templates:
 	// setState writes status as the controller would for a server in state.
 	setState := func(name, state string) {
 		Eventually(func() error {
-			u, err := gameServers(ns).Get(ctx, name, metav1.GetOptions{})
+			u, err := api.GameServers(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
@@ -57,7 +58,7 @@ templates:
 				"state": state, "address": "10.0.0.9", "nodeName": "node-9",
 				"ports": []any{map[string]any{"name": "default", "port": int64(7009)}},
 			}, "status")).To(Succeed())
-			_, err = gameServers(ns).Update(ctx, u, metav1.UpdateOptions{})
+			_, err = api.GameServers(ns).Update(ctx, u, metav1.UpdateOptions{})
 			return err
 		}, 10*time.Second, 20*time.Millisecond).Should(Succeed())
 	}
@@ -77,7 +78,7 @@ templates:
 		return done
 	}
 	exists := func(name string) func() error {
-		return func() error { _, err := gameServers(ns).Get(ctx, name, metav1.GetOptions{}); return err }
+		return func() error { _, err := api.GameServers(ns).Get(ctx, name, metav1.GetOptions{}); return err }
 	}
 
 	It("waits for Ready, then allocates the server to its creator", func() {
@@ -93,7 +94,7 @@ templates:
 		Expect(r.resp.GetAllocation().GetGameServerName()).To(Equal("mine"))
 		Expect(r.resp.GetAllocation().GetAddress()).To(Equal("10.0.0.9"))
 		Expect(r.resp.GetAllocation().GetPorts()[0].GetPort()).To(BeEquivalentTo(7009))
-		u, err := gameServers(ns).Get(ctx, "mine", metav1.GetOptions{})
+		u, err := api.GameServers(ns).Get(ctx, "mine", metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(nestedString(u.Object, "status", "state")).To(Equal("Allocated"))
 		Expect(u.GetAnnotations()).To(HaveKeyWithValue(allocator.OwnerAnnotation, "alice"))
@@ -108,7 +109,7 @@ templates:
 	It("lets nobody else allocate a Ready server that is still being created", func() {
 		// A server left Ready with the creating annotation (as between the
 		// controller's write and the creator's) is Reserved to everyone.
-		u := agonesLike(ns, "spoken-for", "", "node-1")
+		u := kubetest.GameServer(ns, "spoken-for", "", "node-1")
 		unstructured.RemoveNestedField(u.Object, "metadata", "labels")
 		u.SetAnnotations(map[string]string{allocator.CreatingAnnotation: "true", allocator.OwnerAnnotation: "alice"})
 		create(ctx, u)
@@ -144,14 +145,14 @@ templates:
 	})
 
 	It("answers AlreadyExists for a name in use and leaves that server alone", func() {
-		create(ctx, agonesLike(ns, "taken", "green", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "taken", "green", "node-1"))
 		r := <-startCreate("taken", 10*time.Second)
 		Expect(status.Code(r.err)).To(Equal(codes.AlreadyExists), "%v", r.err)
 		Expect(exists("taken")()).To(Succeed())
 	})
 
 	It("destroys only for the owner", func() {
-		u := agonesLike(ns, "owned", "green", "node-1")
+		u := kubetest.GameServer(ns, "owned", "green", "node-1")
 		u.SetAnnotations(map[string]string{allocator.OwnerAnnotation: "alice"})
 		create(ctx, u)
 		_, err := b.Destroy(ctx, core.Key{Namespace: ns, Name: "owned"}, "bob")

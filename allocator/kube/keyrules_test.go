@@ -2,21 +2,16 @@ package kube_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/allocatortest"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/core"
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // The allocator's rules of idempotency keys (allocatortest.KeyRules), each
@@ -25,11 +20,13 @@ import (
 // table of keys, so every rule that crosses replicas rests on the
 // backend's key records (keys.go).
 func TestKeyRulesKube(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "kube-key-rules", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "kube-key-rules")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "key-rules"
-	readyGameServers(ctx, t, c, ns, "green", 12)
+	api.Namespace(t, ctx, ns)
+	api.CreateFleet(t, ctx, ns, "green", 0, 12)
 	var backends []*kube.Backend
 	var services []*allocator.Service
 	for range 3 {
@@ -82,38 +79,4 @@ func TestKeyRulesKube(t *testing.T) {
 			}
 		},
 	})
-}
-
-// readyGameServers creates namespace ns on c's API server and n Ready
-// GameServers of fleet in it (gs-00, gs-01, ...), each with a "rooms"
-// counter of capacity 4, spread over three nodes.
-func readyGameServers(ctx context.Context, t *testing.T, c *kindcluster.Cluster, ns, fleet string, n int) {
-	t.Helper()
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	dc, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
-	for i := range n {
-		var obj map[string]any
-		if err := json.Unmarshal(fmt.Appendf(nil, `{
-		  "apiVersion": "agones.dev/v1", "kind": "GameServer",
-		  "metadata": {"name": "gs-%02d", "namespace": %q, "labels": {%q: %q}},
-		  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
-		    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
-		  "status": {"state": "Ready", "address": "10.0.0.%d", "nodeName": "node-%d", "ports": [{"name": "default", "port": 7001}],
-		    "counters": {"rooms": {"count": 0, "capacity": 4}}}}`, i, ns, core.FleetLabel, fleet, i+1, i%3), &obj); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := gss.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

@@ -27,14 +27,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/internal/gatebench"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 func BenchmarkKeys(b *testing.B) {
@@ -43,22 +41,13 @@ func BenchmarkKeys(b *testing.B) {
 	defer cancel()
 	cfg := cl.RESTConfig()
 	cfg.QPS, cfg.Burst = kube.DefaultQPS, kube.DefaultBurst
-	cs, err := cl.Clientset()
-	if err != nil {
-		b.Fatal(err)
-	}
-	dc, err := cl.Dynamic()
-	if err != nil {
-		b.Fatal(err)
-	}
+	api := kubetest.Clients(b, cl)
 	for _, mode := range []string{"unkeyed", "keyed", "replay"} {
 		b.Run(mode, func(b *testing.B) {
 			ns := fmt.Sprintf("keys-%s-%d", mode, time.Now().UnixNano())
-			if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-				b.Fatal(err)
-			}
+			api.Namespace(b, ctx, ns)
 			servers := gateKubeServers()
-			if err := gateCreateServers(ctx, dc.Resource(kube.GameServerResource).Namespace(ns), ns, servers); err != nil {
+			if err := gateCreateServers(ctx, api.GameServers(ns), ns, servers); err != nil {
 				b.Fatal(err)
 			}
 			runCtx, stop := context.WithCancel(ctx)

@@ -17,6 +17,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // Idempotency keys on the kubernetes backend with several replicas (keys.go),
@@ -51,7 +52,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 	}
 	// allocatedServers lists the Allocated GameServers in ns by name.
 	allocatedServers := func(ns string) map[string]*unstructured.Unstructured {
-		l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+		l, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		out := map[string]*unstructured.Unstructured{}
 		for i, u := range l.Items {
@@ -62,8 +63,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 		return out
 	}
 	keyRecords := func(ns string) int {
-		cs, err := cluster.Clientset()
-		Expect(err).NotTo(HaveOccurred())
+		cs := api.Core
 		l, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.KeyRecordLabel})
 		Expect(err).NotTo(HaveOccurred())
 		return len(l.Items)
@@ -90,7 +90,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 	}
 	fleet := func(ns string, n int) {
 		for i := range n {
-			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%02d", i), "green", fmt.Sprintf("node-%d", i%3)))
+			create(ctx, kubetest.GameServer(ns, fmt.Sprintf("gs-%02d", i), "green", fmt.Sprintf("node-%d", i%3)))
 		}
 	}
 
@@ -144,7 +144,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 		first, err := a.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 1)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(first.Replayed).To(BeFalse())
-		before, err := gameServers(ns).Get(ctx, first.GameServer.Name, metav1.GetOptions{})
+		before, err := api.GameServers(ns).Get(ctx, first.GameServer.Name, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 
 		again, err := b.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now().Add(time.Second), 2)
@@ -152,7 +152,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 		Expect(again.Replayed).To(BeTrue())
 		Expect(again.GameServer.Name).To(Equal(first.GameServer.Name))
 		Expect(again.GameServer.LastAllocated()).To(Equal(first.GameServer.LastAllocated()))
-		after, err := gameServers(ns).Get(ctx, first.GameServer.Name, metav1.GetOptions{})
+		after, err := api.GameServers(ns).Get(ctx, first.GameServer.Name, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(after.GetResourceVersion()).To(Equal(before.GetResourceVersion()), "a replay writes nothing")
 		Expect(keyEvents(a, "claimed")).To(Equal(1.0))
@@ -196,7 +196,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 
 		second, err := b.Allocate(ctx, keyedRequest(ns, "mm", "m-2", nil), time.Now(), 3)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(gameServers(ns).Delete(ctx, second.GameServer.Name, metav1.DeleteOptions{})).To(Succeed())
+		Expect(api.GameServers(ns).Delete(ctx, second.GameServer.Name, metav1.DeleteOptions{})).To(Succeed())
 		_, err = a.Allocate(ctx, keyedRequest(ns, "mm", "m-2", nil), time.Now(), 4)
 		Expect(err).To(MatchError(allocator.ErrKeyReleased))
 		Expect(allocatedServers(ns)).To(BeEmpty())
@@ -243,8 +243,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 		// A second replica takes the dead claim over and dies at once,
 		// before its search: its record, written here as it would write
 		// it (its own stamp after the first's, its name, renewed now).
-		cs, err := cluster.Clientset()
-		Expect(err).NotTo(HaveOccurred())
+		cs := api.Core
 		recs, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.KeyRecordLabel})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(recs.Items).To(HaveLen(1))
@@ -307,7 +306,7 @@ var _ = Describe("idempotency keys across replicas", func() {
 		Expect(err).To(HaveOccurred())
 		for n, u := range allocatedServers(ns) {
 			Expect(unstructured.SetNestedField(u.Object, "Ready", "status", "state")).To(Succeed())
-			_, err := gameServers(ns).Update(ctx, u, metav1.UpdateOptions{})
+			_, err := api.GameServers(ns).Update(ctx, u, metav1.UpdateOptions{})
 			Expect(err).NotTo(HaveOccurred(), n)
 		}
 		a, err := survivor.Allocate(ctx, keyedRequest(ns, "mm", "m-1", nil), time.Now(), 2)

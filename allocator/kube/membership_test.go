@@ -23,6 +23,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // replica is one allocator replica in a test: a backend with its informer
@@ -136,7 +137,7 @@ func closedLoad(ctx context.Context, res *loadResult, rs []*replica, callers, pe
 // checkObjects asserts, on the API server's objects, that exactly the
 // allocations callers were told of are Allocated, each by its own winner.
 func checkObjects(ctx context.Context, ns string, res *loadResult) {
-	list, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+	list, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	allocated := 0
 	for _, u := range list.Items {
@@ -154,7 +155,7 @@ func checkObjects(ctx context.Context, ns string, res *loadResult) {
 // nodes that could hold them (nodes hold perNode servers each) over the
 // nodes they are on (1: perfectly packed).
 func packing(ctx context.Context, ns string, perNode int) (efficiency float64, nodes int) {
-	list, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+	list, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	used := map[string]bool{}
 	n := 0
@@ -221,8 +222,7 @@ var _ = Describe("replicas without configuration", func() {
 			Expect(r.b.PackedSpread()).To(Equal(64), "three replicas choose among the best 64")
 		}
 		// The Leases are on the API server, one per replica, labelled.
-		cs, err := cluster.Clientset()
-		Expect(err).NotTo(HaveOccurred())
+		cs := api.Core
 		leases, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.GroupLabel + "=" + kube.DefaultMembershipGroup})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(leases.Items).To(HaveLen(3))
@@ -256,7 +256,7 @@ var _ = Describe("replicas without configuration", func() {
 		servers, perReplica := envInt("QM_REPLICA_SERVERS", 450), envInt("QM_REPLICA_REQUESTS", 120)
 		const callers, nodes = 16, 75
 		ns := newNamespace(ctx)
-		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		api.CreateFleet(GinkgoTB(), ctx, ns, "green", 0, servers)
 		leaseNS := ""
 		if membership {
 			leaseNS = ns
@@ -307,8 +307,7 @@ var _ = Describe("replicas without configuration", func() {
 
 	It("ignore and clean up a Lease long dead, and keep one whose clock is behind while it renews", func() {
 		ns := newNamespace(ctx)
-		cs, err := cluster.Clientset()
-		Expect(err).NotTo(HaveOccurred())
+		cs := api.Core
 		// Leases of 3 s, renewed every second: the rules are the same as
 		// for the default 10 s, the spec is quicker.
 		const dur = 3 * time.Second
@@ -323,7 +322,7 @@ var _ = Describe("replicas without configuration", func() {
 		leases := cs.CoordinationV1().Leases(ns)
 		// A replica that died an hour ago, and one alive on a node whose
 		// clock is an hour behind ours.
-		_, err = leases.Create(ctx, lease("a-dead", time.Now().Add(-time.Hour)), metav1.CreateOptions{})
+		_, err := leases.Create(ctx, lease("a-dead", time.Now().Add(-time.Hour)), metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		skewed, err := leases.Create(ctx, lease("b-skewed", time.Now().Add(-time.Hour)), metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -363,14 +362,13 @@ var _ = Describe("replicas without configuration", func() {
 
 	It("without Lease RBAC: say why, go on alone, and join once it is granted", func() {
 		ns := newNamespace(ctx)
-		create(ctx, agonesLike(ns, "gs-a", "green", "node-1"))
-		create(ctx, agonesLike(ns, "gs-b", "green", "node-1"))
-		cs, err := cluster.Clientset()
-		Expect(err).NotTo(HaveOccurred())
+		create(ctx, kubetest.GameServer(ns, "gs-a", "green", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "gs-b", "green", "node-1"))
+		cs := api.Core
 		// A ServiceAccount that may use GameServers but not Leases.
 		cfg := serviceAccountConfig(ctx, ns, "allocator")
 		subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "allocator", Namespace: ns}}
-		_, err = cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gameservers"}, Rules: []rbacv1.PolicyRule{
+		_, err := cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gameservers"}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"agones.dev"}, Resources: []string{"gameservers"}, Verbs: []string{"get", "list", "watch", "update"}},
 		}}, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
@@ -415,7 +413,7 @@ var _ = Describe("replicas without configuration", func() {
 	It("start a request over when it used up its conflict retries, rather than answer Contention", func() {
 		const servers, callers, perReplica = 150, 8, 40
 		ns := newNamespace(ctx)
-		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		api.CreateFleet(GinkgoTB(), ctx, ns, "green", 0, servers)
 		var rs []*kube.Backend
 		for range 3 {
 			// One retry per round: three replicas on exact Packed use it
@@ -460,7 +458,7 @@ var _ = Describe("replicas without configuration", func() {
 		servers := envInt("QM_REPLICA_SERVERS", 450)
 		const callers, nodes = 16, 75
 		ns := newNamespace(ctx)
-		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		api.CreateFleet(GinkgoTB(), ctx, ns, "green", 0, servers)
 		one := startReplica(ctx, ns, ns, "alone", false)
 		Eventually(one.b.Index().Len, 20*time.Second).Should(Equal(servers))
 		res := newLoadResult()
@@ -489,7 +487,7 @@ var _ = Describe("replicas without configuration", func() {
 	It("notice a killed replica and take over its shard within 15 s, failing no request of the others", func() {
 		const servers = 450
 		ns := newNamespace(ctx)
-		createMany(ctx, gameServers(ns), ns, "green", 0, servers)
+		api.CreateFleet(GinkgoTB(), ctx, ns, "green", 0, servers)
 		var rs []*replica
 		for i := range 3 {
 			rs = append(rs, startReplica(ctx, ns, ns, fmt.Sprintf("allocator-%d", i), i == 0))
@@ -551,7 +549,7 @@ var _ = Describe("replicas without configuration", func() {
 // on the API server by its winner, and no server was handed out twice.
 func checkObjectsAllowingLost(ctx context.Context, ns string, res *loadResult) {
 	Expect(res.dup).To(BeEmpty(), "servers handed out twice")
-	list, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+	list, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	state := map[string]string{}
 	stamp := map[string]string{}

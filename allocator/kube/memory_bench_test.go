@@ -32,7 +32,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -40,6 +39,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // manifestMemoryLimit is deploy/allocator.yaml's limit for the allocator
@@ -241,15 +241,9 @@ func BenchmarkKubeMemory(b *testing.B) {
 	}
 	// etcd's default 2 GiB quota is room for about 300k such objects.
 	c := kindcluster.NewForTest(b, kindcluster.Options{Name: "kube-memory", EtcdUnsafeNoFsync: true})
-	cs, err := c.Clientset()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, ns := range []string{"empty", "fleet"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	api := kubetest.Clients(b, c)
+	api.Namespace(b, ctx, "empty")
+	api.Namespace(b, ctx, "fleet")
 	// Many writers, and none of client-go's per-object warnings (Agones'
 	// finalizer name draws one) on the benchmark's output.
 	cfg := c.RESTConfig()

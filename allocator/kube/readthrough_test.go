@@ -15,7 +15,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/core"
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // A release sent to a replica whose cache has not seen the allocation
@@ -25,16 +25,14 @@ import (
 // informer, so its cache is as far behind as a cache can be; the caller's
 // ownership is still checked on what the API server holds.
 func TestReleaseReadsThroughALaggingCache(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "kube-release-read-through", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "kube-release-read-through")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "read-through"
-	readyGameServers(ctx, t, c, ns, "blue", 3)
-	dc, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gss := dc.Resource(kube.GameServerResource).Namespace(ns)
+	api.Namespace(t, ctx, ns)
+	api.CreateFleet(t, ctx, ns, "blue", 0, 3)
+	gss := api.GameServers(ns)
 	service := func(start bool) *allocator.Service {
 		b, err := kube.New(kube.Config{REST: c.RESTConfig(), Namespace: ns, KeyNamespace: ns})
 		if err != nil {
@@ -65,7 +63,7 @@ func TestReleaseReadsThroughALaggingCache(t *testing.T) {
 
 	// Another caller is refused on what the API server says, as on the
 	// cache: the same NotFound, and the server stays Allocated.
-	_, err = behind.Release(ctx, "mallory", &qmv1.ReleaseRequest{Namespace: ns, GameServerName: names[1]})
+	_, err := behind.Release(ctx, "mallory", &qmv1.ReleaseRequest{Namespace: ns, GameServerName: names[1]})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("release of alice's server by mallory on the lagging replica: %v, want NotFound", err)
 	}

@@ -29,20 +29,19 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 
 	. "github.com/onsi/gomega"
 )
 
-// benchNodes is how many nodes createFleets spreads a fleet over.
-const benchNodes = 75
+// benchNodes is how many nodes a fleet's servers are spread over.
+const benchNodes = kubetest.FleetNodes
 
 func BenchmarkReplicasNoConfig(b *testing.B) {
 	RegisterTestingT(b)
@@ -52,20 +51,11 @@ func BenchmarkReplicasNoConfig(b *testing.B) {
 	c := kindcluster.NewForTest(b, kindcluster.Options{Name: "replicas-bench"}) // fsync on
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
-	cs, err := c.Clientset()
-	if err != nil {
-		b.Fatal(err)
-	}
-	dc, err := c.Dynamic()
-	if err != nil {
-		b.Fatal(err)
-	}
+	api := kubetest.Clients(b, c)
 	// Every fleet in a namespace of its own, which the phase's replicas
-	// watch: each replica lists and follows its 2,000 servers, as in the
-	// issue, not every phase's.
-	gssOf := func(fleet string) dynamic.ResourceInterface {
-		return dc.Resource(kube.GameServerResource).Namespace(fleet)
-	}
+	// watch: each replica lists and follows its servers, not every
+	// phase's.
+	gssOf := api.GameServers
 	kinds := []string{"leases", "adaptive", "one"}
 	fleets := map[string]int{}
 	for r := range rounds {
@@ -80,14 +70,9 @@ func BenchmarkReplicasNoConfig(b *testing.B) {
 	start := time.Now()
 	total := 0
 	for fleet, n := range fleets {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fleet}}, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		created, err := createFleets(ctx, gssOf(fleet), fleet, map[string]int{fleet: n})
-		if err != nil {
-			b.Fatal(err)
-		}
-		total += created
+		api.Namespace(b, ctx, fleet)
+		api.CreateFleet(b, ctx, fleet, fleet, 0, n)
+		total += n
 	}
 	b.Logf("created %d GameServers in %s", total, time.Since(start).Round(time.Millisecond))
 	b.ResetTimer()

@@ -10,13 +10,12 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/core"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // The API server goes away in the middle of allocation load and comes back
@@ -37,14 +36,10 @@ var _ = Describe("an API server restart during allocation load", func() {
 		})
 
 		const ns, servers, replicas, workers = "restart", 600, 2, 8
-		cs, err := rc.Clientset()
-		Expect(err).NotTo(HaveOccurred())
-		_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-		Expect(err).NotTo(HaveOccurred())
-		dc, err := rc.Dynamic()
-		Expect(err).NotTo(HaveOccurred())
-		gss := dc.Resource(kube.GameServerResource).Namespace(ns)
-		createMany(ctx, gss, ns, "green", 0, servers)
+		rapi := kubetest.Clients(GinkgoTB(), rc)
+		rapi.Namespace(GinkgoTB(), ctx, ns)
+		gss := rapi.GameServers(ns)
+		rapi.CreateFleet(GinkgoTB(), ctx, ns, "green", 0, servers)
 
 		var backends []*kube.Backend
 		for i := range replicas {
@@ -140,7 +135,7 @@ var _ = Describe("an API server restart during allocation load", func() {
 
 		// Resync: a fleet created after the restart is seen by every
 		// replica, and each replica's view of the old one matches the server.
-		createMany(ctx, gss, ns, "blue", 0, 5)
+		rapi.CreateFleet(GinkgoTB(), ctx, ns, "blue", 0, 5)
 		for i, b := range backends {
 			Eventually(func() error {
 				_, err := b.Allocate(ctx, fleetRequest(ns, "blue"), time.Now(), uint64(i))
@@ -190,32 +185,3 @@ var _ = Describe("an API server restart during allocation load", func() {
 		Expect(unreported).To(BeNumerically("<=", 2*workers), "allocations committed but never reported")
 	})
 })
-
-// createMany creates n Ready servers of one fleet, named fleet-i, with a
-// few writers at once (thousands take too long one by one).
-func createMany(ctx context.Context, gss dynamic.ResourceInterface, ns, fleet string, from, n int) {
-	next := make(chan int)
-	var wg sync.WaitGroup
-	var firstErr error
-	var mu sync.Mutex
-	for range 16 {
-		wg.Go(func() {
-			for i := range next {
-				u := agonesLike(ns, fmt.Sprintf("%s-%05d", fleet, i), fleet, fmt.Sprintf("node-%02d", i%75))
-				if _, err := gss.Create(ctx, u, metav1.CreateOptions{}); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := from; i < from+n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	Expect(firstErr).NotTo(HaveOccurred())
-}

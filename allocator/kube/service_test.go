@@ -20,6 +20,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/core"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // The allocator service (the request path the gRPC and REST front ends
@@ -34,7 +35,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 
 	// versions maps every GameServer in ns to its resourceVersion.
 	versions := func(ns string) map[string]string {
-		l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+		l, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		out := map[string]string{}
 		for _, u := range l.Items {
@@ -52,7 +53,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 	It("refuses invalid requests with InvalidArgument before writing anything", func() {
 		ns := newNamespace(ctx)
 		for i := range 3 {
-			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
+			create(ctx, kubetest.GameServer(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
 		}
 		svc := newService(startBackend(ctx, ns))
 		before := versions(ns)
@@ -86,7 +87,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 	It("holds an identity to maxAllocations across replicas and restarts", func() {
 		ns := newNamespace(ctx)
 		for i := range 6 {
-			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
+			create(ctx, kubetest.GameServer(ns, fmt.Sprintf("gs-%d", i), "green", "node-1"))
 		}
 		limits, err := allocator.ParseLimits([]byte("apiVersion: quartermaster.dev/v1alpha1\nkind: AllocatorLimits\n" +
 			"identities:\n  player-7: {maxAllocations: 2}\n"))
@@ -126,7 +127,7 @@ var _ = Describe("the allocator service on the kubernetes backend", func() {
 		const servers, workers = 200, 6
 		ns := newNamespace(ctx)
 		for i := range servers {
-			create(ctx, agonesLike(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%5)))
+			create(ctx, kubetest.GameServer(ns, fmt.Sprintf("gs-%03d", i), "green", fmt.Sprintf("node-%d", i%5)))
 		}
 		// Three replicas with exact Packed race for the same servers.
 		var services []*allocator.Service
@@ -197,7 +198,7 @@ func sumCounters(c prometheus.Collector, code string) float64 {
 
 // countAllocated counts the Allocated GameServers in ns on the API server.
 func countAllocated(ctx context.Context, ns string) int {
-	l, err := gameServers(ns).List(ctx, metav1.ListOptions{})
+	l, err := api.GameServers(ns).List(ctx, metav1.ListOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	n := 0
 	for _, u := range l.Items {

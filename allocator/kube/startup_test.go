@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // lockedBuffer collects log lines written by the informer's goroutines.
@@ -52,9 +53,8 @@ func closedPort() string {
 // no RBAC at all: the identity a deployed allocator has before its
 // ClusterRole is bound.
 func serviceAccountConfig(ctx context.Context, ns, name string) *rest.Config {
-	cs, err := cluster.Clientset()
-	Expect(err).NotTo(HaveOccurred())
-	_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	cs := api.Core
+	_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
 	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	Expect(err).NotTo(HaveOccurred())
@@ -109,7 +109,7 @@ var _ = Describe("waiting for the first list", func() {
 
 	It("names a ServiceAccount without RBAC as forbidden, and syncs once the role is bound", func() {
 		ns := newNamespace(ctx)
-		create(ctx, agonesLike(ns, "gs-1", "blue", "node-1"))
+		create(ctx, kubetest.GameServer(ns, "gs-1", "blue", "node-1"))
 		cfg := serviceAccountConfig(ctx, ns, "allocator")
 		b, err := kube.New(kube.Config{REST: cfg, Namespace: ns, SyncTimeout: time.Second, ProgressInterval: 200 * time.Millisecond, Logger: log})
 		Expect(err).NotTo(HaveOccurred())
@@ -123,8 +123,7 @@ var _ = Describe("waiting for the first list", func() {
 		Expect(logs.String()).To(ContainSubstring("reason=forbidden"))
 
 		// The informer kept trying: binding the role is enough.
-		cs, err := cluster.Clientset()
-		Expect(err).NotTo(HaveOccurred())
+		cs := api.Core
 		_, err = cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Name: "allocator"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"agones.dev"}, Resources: []string{"gameservers"},

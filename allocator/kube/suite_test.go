@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // TestKubeBackend runs the backend against a real etcd + kube-apiserver
@@ -20,7 +21,10 @@ func TestKubeBackend(t *testing.T) {
 	RunSpecs(t, "kube backend against a real API server")
 }
 
-var cluster *kindcluster.Cluster
+var (
+	cluster *kindcluster.Cluster
+	api     *kubetest.API // cluster's clients
+)
 
 var _ = BeforeSuite(func() {
 	bin, err := kindcluster.DefaultBinDir()
@@ -28,6 +32,7 @@ var _ = BeforeSuite(func() {
 	Expect(kindcluster.CheckBinaries(bin, kindcluster.EtcdBinary, kindcluster.APIServerBinary)).To(Succeed())
 	cluster, err = kindcluster.Start(context.Background(), kindcluster.Options{Name: "kube-backend", BinDir: bin, EtcdUnsafeNoFsync: true})
 	Expect(err).NotTo(HaveOccurred())
+	api = kubetest.Clients(GinkgoTB(), cluster)
 	DeferCleanup(func() {
 		if CurrentSpecReport().Failed() {
 			GinkgoWriter.Println(cluster.LogTail())

@@ -12,7 +12,7 @@ import (
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
 	"github.com/quartermaster-dev/quartermaster/fleetagent"
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // The agent starts what the allocator's Create makes only if both name the
@@ -186,13 +186,12 @@ func TestCreateMemory(t *testing.T) {
 // the agent stopped, a Create that cannot become Ready leaves nothing
 // behind on the API server.
 func TestCreateKubernetes(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "qm-create", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "qm-create")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kubeconfig := c.KubeconfigPath()
-	if out, err := c.Kubectl(ctx, "apply", "-f", filepath.Join("..", "..", "examples", "fleet.yaml")); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
+	api.Apply(t, ctx, exampleFleet)
 	agent := startQM(t, "agent", "--kubeconfig", kubeconfig, "--startup", "100ms", "--interval", "50ms", "--session", "0")
 	r := startCreateRig(t, ctx, "--backend", "kubernetes", "--kubeconfig", kubeconfig)
 

@@ -20,12 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/quartermaster-dev/quartermaster/allocator"
-	"github.com/quartermaster-dev/quartermaster/allocator/kube"
 	"github.com/quartermaster-dev/quartermaster/allocator/mtls"
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	"github.com/quartermaster-dev/quartermaster/certs"
 	"github.com/quartermaster-dev/quartermaster/core"
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // Issue 30's load test: three `qm serve --backend kubernetes` processes on
@@ -56,24 +55,14 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 		maxDelay = 150 * time.Millisecond // of a duplicate sent later
 		maxAbort = 60 * time.Millisecond  // a cancelled request's life
 	)
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "keys-replicas", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "keys-replicas")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	gss, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gsClient := gss.Resource(kube.GameServerResource).Namespace("default")
-	for i := range servers + loose {
-		name, fleet := fmt.Sprintf("gs-%03d", i), "green"
-		if i >= servers {
-			name, fleet = fmt.Sprintf("loose-%03d", i-servers), "blue"
-		}
-		if _, err := gsClient.Create(ctx, readyGameServer(t, name, fleet), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	api.CreateFleet(t, ctx, "default", "green", 0, servers)
+	api.CreateFleet(t, ctx, "default", "blue", 0, loose)
+	gsClient := api.GameServers("default")
 
 	// One certificate directory for the three replicas (as one Secret
 	// mounted in three pods), made before any of them starts.
@@ -294,21 +283,6 @@ func TestKeysAcrossReplicasUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d answers (%d cancelled, %d failed, %d keys retried at the end); %d keys and %d unkeyed requests answered (%d sent); %d servers Allocated, %d of them answers lost on their way",
 		len(history), cancelled, failed, retried, len(byKey), unkeyedOK, sent, len(allocated), len(unread))
-}
-
-// readyGameServer is a Ready GameServer of fleet green in namespace default.
-func readyGameServer(t *testing.T, name, fleet string) *unstructured.Unstructured {
-	t.Helper()
-	var obj map[string]any
-	if err := json.Unmarshal([]byte(fmt.Sprintf(`{
-	  "apiVersion": "agones.dev/v1", "kind": "GameServer",
-	  "metadata": {"name": %q, "namespace": "default", "labels": {"agones.dev/fleet": %q}},
-	  "spec": {"container": "gs", "ports": [{"name": "default", "portPolicy": "Dynamic", "containerPort": 7654, "protocol": "UDP"}],
-	    "template": {"spec": {"containers": [{"name": "gs", "image": "example/gs:0.1"}]}}},
-	  "status": {"state": "Ready", "address": "10.0.0.7", "nodeName": "node-1", "ports": [{"name": "default", "port": 7001}]}}`, name, fleet)), &obj); err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: obj}
 }
 
 // waitReadyFile waits for qm serve's --ready-file and returns its

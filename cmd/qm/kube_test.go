@@ -10,21 +10,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
+
+// exampleFleet is the fleet manifest the README applies.
+var exampleFleet = filepath.Join("..", "..", "examples", "fleet.yaml")
 
 // TestKubernetesFlow is the README's "Against a Kubernetes cluster" flow on
 // a real API server: the example Fleet applied with kubectl, `qm agent`
 // making its GameServers Ready, `qm serve --backend kubernetes`, and
 // `qm allocate` over gRPC and REST, checked on the API server's objects.
 func TestKubernetesFlow(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "qm-flow", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "qm-flow")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kubeconfig := c.KubeconfigPath()
-	if out, err := c.Kubectl(ctx, "apply", "-f", filepath.Join("..", "..", "examples", "fleet.yaml")); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
+	api.Apply(t, ctx, exampleFleet)
 
 	runCtx, stop := context.WithCancel(ctx)
 	var agentErr, serveErr, serveOut syncBuf

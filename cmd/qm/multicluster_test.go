@@ -15,11 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
+	"github.com/quartermaster-dev/quartermaster/allocator/forward/kubesource"
 	"github.com/quartermaster-dev/quartermaster/certs"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // mcOutput is the part of `qm allocate`'s JSON a multi-cluster test reads.
@@ -222,8 +222,8 @@ func TestMultiClusterKubernetes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two API servers")
 	}
-	ca := kindcluster.NewForTest(t, kindcluster.Options{Name: "mc-a", EtcdUnsafeNoFsync: true})
-	cb := kindcluster.NewForTest(t, kindcluster.Options{Name: "mc-b", EtcdUnsafeNoFsync: true})
+	apiA, apiB := kubetest.Start(t, "mc-a"), kubetest.Start(t, "mc-b")
+	ca, cb := apiA.Cluster, apiB.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -246,51 +246,37 @@ func TestMultiClusterKubernetes(t *testing.T) {
 			"spec":     map[string]any{"priority": priority, "weight": int64(100), "connectionInfo": info},
 		}}
 	}
-	pols := schema.GroupVersionResource{Group: "multicluster.agones.dev", Version: "v1", Resource: "gameserverallocationpolicies"}
-	dynA, err := ca.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dynB, err := cb.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, x := range []struct {
-		dyn dynamic.Interface
+		api *kubetest.API
 		u   *unstructured.Unstructured
 	}{
-		{dynA, policyA("a", "a", 1, "")},
-		{dynA, policyA("b", "b", 2, addrB)},
-		{dynB, policyA("b", "b", 1, "")},
+		{apiA, policyA("a", "a", 1, "")},
+		{apiA, policyA("b", "b", 2, addrB)},
+		{apiB, policyA("b", "b", 1, "")},
 	} {
-		if _, err := x.dyn.Resource(pols).Namespace("default").Create(ctx, x.u, metav1.CreateOptions{}); err != nil {
+		if _, err := x.api.Dynamic.Resource(kubesource.PoliciesResource).Namespace("default").Create(ctx, x.u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	csA, err := ca.Clientset()
-	if err != nil {
-		t.Fatal(err)
 	}
 	l := certs.Layout{Dir: certsDir}
 	data := map[string][]byte{}
 	for key, path := range map[string]string{"tls.crt": l.ClientCert("forwarder"), "tls.key": l.ClientKey("forwarder"), "ca.crt": l.CACert()} {
+		var err error
 		if data[key], err = os.ReadFile(path); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := csA.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "to-b"}, Data: data}, metav1.CreateOptions{}); err != nil {
+	if _, err := apiA.Core.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "to-b"}, Data: data}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	exited := make(chan error, 2)
 	var agentErr syncBuf
-	for _, c := range []*kindcluster.Cluster{ca, cb} {
-		if out, err := c.Kubectl(ctx, "apply", "-f", filepath.Join("..", "..", "examples", "fleet.yaml")); err != nil {
-			t.Fatalf("kubectl apply: %v\n%s", err, out)
-		}
+	for _, api := range []*kubetest.API{apiA, apiB} {
+		api.Apply(t, ctx, exampleFleet)
 		go func() {
-			exited <- commands["agent"].run(runCtx, []string{"--kubeconfig", c.KubeconfigPath(), "--startup", "100ms",
+			exited <- commands["agent"].run(runCtx, []string{"--kubeconfig", api.Cluster.KubeconfigPath(), "--startup", "100ms",
 				"--interval", "100ms", "--session", "0"}, &bytes.Buffer{}, &agentErr)
 		}()
 	}
@@ -338,6 +324,7 @@ func TestMultiClusterKubernetes(t *testing.T) {
 	// Ready (and so answer, as priority 2) before a's: that is burst to
 	// cloud working. Once a has a Ready server, a answers.
 	var r mcOutput
+	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var out string
 		r, out, err = allocate()
@@ -356,14 +343,15 @@ func TestMultiClusterKubernetes(t *testing.T) {
 	onAPIServer(ca, r.GameServerName, "caller")
 
 	// b first from now on: a's local policy drops below it.
-	u, err := dynA.Resource(pols).Namespace("default").Get(ctx, "a", metav1.GetOptions{})
+	policiesA := apiA.Dynamic.Resource(kubesource.PoliciesResource).Namespace("default")
+	u, err := policiesA.Get(ctx, "a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := unstructured.SetNestedField(u.Object, int64(3), "spec", "priority"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dynA.Resource(pols).Namespace("default").Update(ctx, u, metav1.UpdateOptions{}); err != nil {
+	if _, err := policiesA.Update(ctx, u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 var windowPolicies = filepath.Join("..", "..", "allocator", "forward", "testdata", "valid-window-policies.yaml")
@@ -95,7 +95,8 @@ spec: {priority: 1, weight: 1, connectionInfo: {clusterName: here}}
 // an allocator watching it would: a malformed window is named and exits 1,
 // the rest are shown.
 func TestPoliciesFromAPIServer(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "qm-policies", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "qm-policies")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	manifest := filepath.Join(t.TempDir(), "policies.yaml")
@@ -117,9 +118,7 @@ spec: {priority: 1, weight: 1, connectionInfo: {clusterName: here}}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := c.Kubectl(ctx, "apply", "-f", manifest); err != nil {
-		t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
+	api.Apply(t, ctx, manifest)
 	code, out, errOut := runQM("policies", "--kubeconfig", c.KubeconfigPath(), "--at", "2026-11-24T17:30:00Z")
 	if code != 1 {
 		t.Fatalf("exit %d, want 1 for the skipped policy\n%s%s", code, out, errOut)

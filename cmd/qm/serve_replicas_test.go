@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/quartermaster-dev/quartermaster/allocator/kube"
-	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 // Three `qm serve --backend kubernetes` processes with no replica flags
@@ -25,7 +25,8 @@ func TestServeReplicasFindEachOther(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real kube-apiserver and three qm serve processes")
 	}
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "replicas", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "replicas")
+	c := api.Cluster
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var ps []*qmProcess
@@ -57,11 +58,7 @@ func TestServeReplicasFindEachOther(t *testing.T) {
 	if len(shards) != 3 {
 		t.Fatalf("shards %v, want 0, 1 and 2 once each", shards)
 	}
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	leases, err := cs.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{LabelSelector: kube.GroupLabel})
+	leases, err := api.Core.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{LabelSelector: kube.GroupLabel})
 	if err != nil || len(leases.Items) != 3 {
 		t.Fatalf("leases: %v, %v; want 3", leases, err)
 	}
@@ -96,7 +93,7 @@ func TestServeReplicasFindEachOther(t *testing.T) {
 	// The killed replica's Lease is cleaned up two durations after its last
 	// renewal; by then only the survivor's is left.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		leases, err = cs.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{LabelSelector: kube.GroupLabel})
+		leases, err = api.Core.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{LabelSelector: kube.GroupLabel})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/forward"
 	"github.com/quartermaster-dev/quartermaster/allocator/forward/kubesource"
 	"github.com/quartermaster-dev/quartermaster/kindcluster"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/kubetest"
 )
 
 func policy(ns, name, cluster string, priority, weight int64, endpoints []string, secret string, labels map[string]any) *unstructured.Unstructured {
@@ -71,22 +72,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // Secret watched only while a policy names it, its rotation seen as a new
 // version, and a policy in a namespace outside --watch-namespace ignored.
 func TestSourceOnAPIServer(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "kubesource", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "kubesource")
+	c, cs, dyn := api.Cluster, api.Core, api.Dynamic
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{"games", "other"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	api.Namespace(t, ctx, "games")
+	api.Namespace(t, ctx, "other")
 	pols := dyn.Resource(kubesource.PoliciesResource)
 	create := func(u *unstructured.Unstructured) {
 		t.Helper()
@@ -261,17 +252,10 @@ func TestSourceNotReadyExplains(t *testing.T) {
 // the Secret a policy names says so, naming the binding to add, instead
 // of "not found".
 func TestSourceSecretForbidden(t *testing.T) {
-	c := kindcluster.NewForTest(t, kindcluster.Options{Name: "kubesource-rbac", EtcdUnsafeNoFsync: true})
+	api := kubetest.Start(t, "kubesource-rbac")
+	c, cs, dyn := api.Cluster, api.Core, api.Dynamic
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, err := c.Clientset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := c.Dynamic()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const user = "system:serviceaccount:games:allocator"
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "policies-only"},
