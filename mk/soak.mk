@@ -7,8 +7,11 @@
 # snapshot and result to SOAK_OUT and the page (the faults over the load,
 # the checker's tables) to SOAK_OUT/report, and fails on any violation.
 # SOAK_SCHEDULE, SOAK_SEED and SOAK_ARGS (any qm soak flag, such as
-# --rate 40 or --strict) change the run. `make test` runs a one-minute
-# soak with every kind of fault once (soakrun's TestShortSoak).
+# --rate 40, or --allocation-keys=false for requests without idempotency
+# keys) change the run. Every request carries a key by default, so the
+# checker counts dangling servers strictly (as --strict does). `make test`
+# runs a one-minute soak with every kind of fault once (soakrun's
+# TestShortSoak).
 
 SOAK_DURATION ?= 5m
 SOAK_SCHEDULE ?=
