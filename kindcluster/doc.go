@@ -14,4 +14,7 @@
 // print the commands instead of running them, and every process and
 // directory a Cluster owns is removed by Stop, which tests register as a
 // cleanup so that a failed or interrupted run leaves nothing behind.
+// NewForTest starts one for a test; package kindcluster/kubetest holds what
+// tests do with it next (clients, namespaces, GameServers as Agones writes
+// them).
 package kindcluster
