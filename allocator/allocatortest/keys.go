@@ -60,125 +60,139 @@ func KeyRules(t *testing.T, env KeyEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r := &rules{t: t, env: env, ctx: ctx}
+	t.Run("replay", func(t *testing.T) { r.on(t).replay(k("replay")) })
+	t.Run("conflict", func(t *testing.T) { r.on(t).conflict(k("conflict")) })
+	t.Run("released", func(t *testing.T) { r.on(t).released(k("released")) })
+	t.Run("at once", func(t *testing.T) { r.on(t).atOnce(k("at-once")) })
+	if env.Counter != "" {
+		t.Run("counter once", func(t *testing.T) { r.on(t).counterOnce(k("join"), run) })
+	}
+}
 
-	t.Run("replay", func(t *testing.T) {
-		r := r.on(t)
-		first := r.ok(0, r.keyed(k("replay")))
-		for i := range env.Replicas {
-			r.settle()
-			r.same(first, r.ok(i, r.keyed(k("replay"))))
-		}
-		r.storedWithKey(k("replay"), 1)
-	})
-	t.Run("conflict", func(t *testing.T) {
-		r := r.on(t)
-		r.ok(0, r.keyed(k("conflict")))
-		other := r.keyed(k("conflict"))
-		other.Metadata.Labels = map[string]string{"quartermaster.dev/keys-test": "other"}
-		for i := range env.Replicas {
-			r.settle()
-			r.code(i, other, codes.InvalidArgument)
-		}
-		r.storedWithKey(k("conflict"), 1)
-	})
-	t.Run("released", func(t *testing.T) {
-		r := r.on(t)
-		a := r.ok(0, r.keyed(k("released")))
+// replay: every replica answers a repeated key with the first answer, and
+// the store holds one server with the key.
+func (r *rules) replay(key string) {
+	first := r.ok(0, r.keyed(key))
+	for i := range r.env.Replicas {
 		r.settle()
-		last := len(env.Replicas) - 1
-		rel, err := env.Replicas[last].Release(ctx, env.Identity, &qmv1.ReleaseRequest{Namespace: env.Request().GetNamespace(), AllocationKey: k("released")})
-		if err != nil {
-			t.Fatalf("release by key on replica %d: %v", last, err)
-		}
-		if rel.GetAllocation().GetGameServerName() != a.GetGameServerName() {
-			t.Fatalf("release by key gave back %s, want %s", rel.GetAllocation().GetGameServerName(), a.GetGameServerName())
-		}
+		r.same(first, r.ok(i, r.keyed(key)))
+	}
+	r.storedWithKey(key, 1)
+}
+
+// conflict: a key sent again with another request is refused by every
+// replica, naming the key.
+func (r *rules) conflict(key string) {
+	r.ok(0, r.keyed(key))
+	other := r.keyed(key)
+	other.Metadata.Labels = map[string]string{"quartermaster.dev/keys-test": "other"}
+	for i := range r.env.Replicas {
 		r.settle()
-		for i := range env.Replicas {
-			r.code(i, r.keyed(k("released")), codes.FailedPrecondition)
+		r.code(i, other, codes.InvalidArgument)
+	}
+	r.storedWithKey(key, 1)
+}
+
+// released: a key released (on another replica than the one that
+// allocated) is refused afterwards, and its server is no longer held.
+func (r *rules) released(key string) {
+	t := r.t
+	a := r.ok(0, r.keyed(key))
+	r.settle()
+	last := len(r.env.Replicas) - 1
+	rel, err := r.env.Replicas[last].Release(r.ctx, r.env.Identity, &qmv1.ReleaseRequest{Namespace: r.env.Request().GetNamespace(), AllocationKey: key})
+	if err != nil {
+		t.Fatalf("release by key on replica %d: %v", last, err)
+	}
+	if rel.GetAllocation().GetGameServerName() != a.GetGameServerName() {
+		t.Fatalf("release by key gave back %s, want %s", rel.GetAllocation().GetGameServerName(), a.GetGameServerName())
+	}
+	r.settle()
+	for i := range r.env.Replicas {
+		r.code(i, r.keyed(key), codes.FailedPrecondition)
+	}
+	r.storedWithKey(key, 0)
+}
+
+// atOnce: requests with one key sent to every replica at the same time
+// get one server between them.
+func (r *rules) atOnce(key string) {
+	t := r.t
+	const each = 4
+	var wg sync.WaitGroup
+	answers := make(chan result, each*len(r.env.Replicas))
+	start := make(chan struct{})
+	for i := range r.env.Replicas {
+		for range each {
+			wg.Go(func() {
+				<-start
+				a, err := r.env.Replicas[i].Allocate(r.ctx, r.env.Identity, r.keyed(key))
+				answers <- result{i, a, err}
+			})
 		}
-		r.storedWithKey(k("released"), 0)
-	})
-	t.Run("at once", func(t *testing.T) {
-		r := r.on(t)
-		const each = 4
-		var wg sync.WaitGroup
-		answers := make(chan result, each*len(env.Replicas))
-		start := make(chan struct{})
-		for i := range env.Replicas {
-			for range each {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					a, err := env.Replicas[i].Allocate(ctx, env.Identity, r.keyed(k("at-once")))
-					answers <- result{i, a, err}
-				}()
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	var first *allocation.AllocationResponse
+	for a := range answers {
+		if a.err != nil {
+			// A replica may refuse a duplicate it could not settle
+			// (contention, the store): never with a second server.
+			if c := status.Code(a.err); c != codes.Aborted && c != codes.Unavailable {
+				t.Errorf("replica %d: %v", a.replica, a.err)
 			}
-		}
-		close(start)
-		wg.Wait()
-		close(answers)
-		var first *allocation.AllocationResponse
-		for a := range answers {
-			if a.err != nil {
-				// A replica may refuse a duplicate it could not settle
-				// (contention, the store): never with a second server.
-				if c := status.Code(a.err); c != codes.Aborted && c != codes.Unavailable {
-					t.Errorf("replica %d: %v", a.replica, a.err)
-				}
-				continue
-			}
-			if first == nil {
-				first = a.resp
-			}
-			r.same(first, a.resp)
+			continue
 		}
 		if first == nil {
-			t.Fatal("no request with the key was answered")
+			first = a.resp
 		}
-		r.storedWithKey(k("at-once"), 1)
-	})
-	if env.Counter != "" {
-		t.Run("counter once", func(t *testing.T) {
-			r := r.on(t)
-			// The session is labelled, so that the re-allocation finds it
-			// among the caller's other servers.
-			session := map[string]string{"quartermaster.dev/keys-test-session": run}
-			start := env.Request()
-			start.Metadata = &allocation.MetaPatch{Labels: session}
-			first := r.ok(0, start)
-			join := func() *allocation.AllocationRequest {
-				req := r.keyed(k("join"))
-				req.GameServerSelectors = []*allocation.GameServerSelector{{
-					GameServerState: allocation.GameServerSelector_ALLOCATED,
-					MatchLabels:     session,
-				}}
-				req.Counters = map[string]*allocation.CounterAction{env.Counter: {Action: wrapperspb.String("Increment"), Amount: wrapperspb.Int64(1)}}
-				return req
+		r.same(first, a.resp)
+	}
+	if first == nil {
+		t.Fatal("no request with the key was answered")
+	}
+	r.storedWithKey(key, 1)
+}
+
+// counterOnce: a keyed re-allocation that increments the env's counter
+// counts once, however often it is repeated. run labels the session.
+func (r *rules) counterOnce(key, run string) {
+	t, counter := r.t, r.env.Counter
+	// The session is labelled, so that the re-allocation finds it among
+	// the caller's other servers.
+	session := map[string]string{"quartermaster.dev/keys-test-session": run}
+	start := r.env.Request()
+	start.Metadata = &allocation.MetaPatch{Labels: session}
+	first := r.ok(0, start)
+	join := func() *allocation.AllocationRequest {
+		req := r.keyed(key)
+		req.GameServerSelectors = []*allocation.GameServerSelector{{
+			GameServerState: allocation.GameServerSelector_ALLOCATED,
+			MatchLabels:     session,
+		}}
+		req.Counters = map[string]*allocation.CounterAction{counter: {Action: wrapperspb.String("Increment"), Amount: wrapperspb.Int64(1)}}
+		return req
+	}
+	j := r.ok(0, join())
+	if j.GetGameServerName() != first.GetGameServerName() {
+		t.Fatalf("the re-allocation went to %s, want the caller's %s", j.GetGameServerName(), first.GetGameServerName())
+	}
+	want := j.GetCounters()[counter].GetCount().GetValue()
+	for i := range r.env.Replicas {
+		r.settle()
+		again := r.ok(i, join())
+		r.same(j, again)
+		if got := again.GetCounters()[counter].GetCount().GetValue(); got != want {
+			t.Fatalf("replica %d: counter %s = %d after a duplicate, want %d", i, counter, got, want)
+		}
+	}
+	for _, gs := range r.stored() {
+		if gs.Name == first.GetGameServerName() {
+			if got := gs.Counters[counter].Count; got != want {
+				t.Fatalf("stored counter %s = %d, want %d", counter, got, want)
 			}
-			j := r.ok(0, join())
-			if j.GetGameServerName() != first.GetGameServerName() {
-				t.Fatalf("the re-allocation went to %s, want the caller's %s", j.GetGameServerName(), first.GetGameServerName())
-			}
-			want := j.GetCounters()[env.Counter].GetCount().GetValue()
-			for i := range env.Replicas {
-				r.settle()
-				again := r.ok(i, join())
-				r.same(j, again)
-				if got := again.GetCounters()[env.Counter].GetCount().GetValue(); got != want {
-					t.Fatalf("replica %d: counter %s = %d after a duplicate, want %d", i, env.Counter, got, want)
-				}
-			}
-			stored := r.stored()
-			for _, gs := range stored {
-				if gs.Name == first.GetGameServerName() {
-					if got := gs.Counters[env.Counter].Count; got != want {
-						t.Fatalf("stored counter %s = %d, want %d", env.Counter, got, want)
-					}
-				}
-			}
-		})
+		}
 	}
 }
 
