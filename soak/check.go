@@ -462,7 +462,7 @@ func (c *checker) dangling() {
 		case last == nil && !c.cfg.Strict && c.unknownOutcomeAt(gs.LastAllocated):
 			p.p.Explained++
 		case last == nil:
-			p.violate("%s is Allocated (owner %q, last allocated %q) and was never answered to a caller", serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated)
+			p.violate("%s is Allocated (owner %q, last allocated %q) and was never answered to a caller%s", serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated, c.keyedElsewhere(gs))
 		case last.Release.Result != CodeOK && !c.cfg.Strict:
 			p.p.Explained++
 		default:
@@ -470,6 +470,27 @@ func (c *checker) dangling() {
 				serverKey{gs.Cluster, gs.Namespace, gs.Name}, gs.Owner, gs.LastAllocated, last.ID, last.Caller, c.at(last.Release.At), last.Release.Result)
 		}
 	}
+}
+
+// keyedElsewhere says, for a dangling server allocated with a key, what
+// the key's request was answered with: another server means one key
+// holds two.
+func (c *checker) keyedElsewhere(gs *GameServer) string {
+	key := gs.Annotations[KeyAnnotation]
+	if key == "" {
+		return ""
+	}
+	for i := range c.h.Sessions {
+		s := &c.h.Sessions[i]
+		if s.Key != key || (gs.Owner != "" && s.Caller != gs.Owner) {
+			continue
+		}
+		if s.Code == CodeOK {
+			return fmt.Sprintf("; it carries key %q, whose request %d (caller %s) was answered with %s/%s: one key, two servers",
+				key, s.ID, s.Caller, s.ServingCluster(), s.Server)
+		}
+	}
+	return fmt.Sprintf("; it carries key %q, which no answer names", key)
 }
 
 // unknownOutcomeCodes are request answers that leave the caller not

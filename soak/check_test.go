@@ -42,6 +42,11 @@ func withAttempt(s Session, attempt int, resolve bool) Session {
 	return s
 }
 
+func withAnnotation(g GameServer, k, v string) GameServer {
+	g.Annotations = map[string]string{k: v}
+	return g
+}
+
 func allocatedAt(g GameServer, sec float64) GameServer {
 	g.LastAllocated = at(sec).Format(time.RFC3339Nano)
 	return g
@@ -256,10 +261,10 @@ func TestCheckPromises(t *testing.T) {
 			// knowledge.
 			name: "keyed: a retry that allocated twice",
 			h: hist(withKey(failed(1, "alice", "a", 3, "Unavailable"), "k1"),
-				withAttempt(withKey(ok(2, "alice", "a", "", "gs-2", 3.5, 9), "k1"), 1, false)),
-			s:       snap(allocatedAt(gs("a", "gs-1", "Allocated", "alice"), 3.005), gs("a", "gs-2", "Ready", "")),
+				withAttempt(withKey(ok(2, "alice", "a", "b", "gs-2", 3.5, 9), "k1"), 1, false)),
+			s:       snap(withAnnotation(allocatedAt(gs("a", "gs-1", "Allocated", "alice"), 3.005), KeyAnnotation, "k1"), gs("b", "gs-2", "Ready", "")),
 			want:    map[string]int{PromiseNoDangling: 1},
-			example: map[string]string{PromiseNoDangling: "gs-1 is Allocated (owner \"alice\""},
+			example: map[string]string{PromiseNoDangling: `gs-1 is Allocated (owner "alice", last allocated "2026-01-02T03:00:03.005Z") and was never answered to a caller; it carries key "k1", whose request 2 (caller alice) was answered with b/gs-2: one key, two servers`},
 		},
 		{
 			name: "keyed: a given-up request resolved and given back",

@@ -12,9 +12,12 @@ import (
 // it allocates (the identity that holds it); an allocator that does not
 // write it (Agones') leaves Owner empty and the checker skips the owner
 // comparison.
+// The key annotation is the idempotency key the server was allocated
+// with, which names the request a dangling server was made for.
 const (
 	OwnerAnnotation         = "quartermaster.dev/owner"
 	LastAllocatedAnnotation = "agones.dev/last-allocated"
+	KeyAnnotation           = "quartermaster.dev/allocation-key"
 )
 
 // StateAllocated is the GameServer state of a held server.
