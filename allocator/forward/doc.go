@@ -72,7 +72,12 @@
 // ReconcileFor ends it as given up. The queue is bounded, and dropped when
 // the forwarder closes. A request with the caller's key that no cluster
 // served is left alone: the caller's retry within the remote's key window
-// gets the allocation. qm_forward_answers_lost_total and
+// gets the allocation. The retry meets that cluster again through any
+// replica of this allocator because a keyed request's clusters are
+// ordered by its key, not drawn anew; it is served elsewhere (and the
+// first allocation stays held) only if a cluster ahead of that one in the
+// order, which had no server then, has one now, or that cluster cannot be
+// reached at all. qm_forward_answers_lost_total and
 // qm_forward_reconciliations_total (queued, attempted, released,
 // nothing_there, given_up) count what happened.
 package forward

@@ -441,17 +441,24 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 	if err != nil {
 		return nil, err
 	}
+	fw := forwarding{identity: c.Identity, callerKey: callerKey(ctx, req, decoded)}
 	order := selected
 	if len(selected) > 1 {
 		// (One policy is its own order; OrderClusters would still build
 		// its tiers, maps and copy, per request.)
-		order = core.OrderClusters(selected, c.Seed)
+		seed := c.Seed
+		if fw.callerKey != "" {
+			// The caller's retry, through any replica, must meet first
+			// the cluster that may hold its allocation from an answer
+			// lost this time: a keyed request's order is its key's.
+			seed = keySeed(fw.forwardedKey(nil, false))
+		}
+		order = core.OrderClusters(selected, seed)
 	}
 	hops := f.self
 	if crossed := hopsOf(ctx); len(crossed) > 0 {
 		hops = strings.Join(append(crossed, f.self), ",")
 	}
-	fw := forwarding{identity: c.Identity, callerKey: callerKey(ctx, req, decoded)}
 
 	var tries []try // only a failing request needs them
 	for i, p := range order {

@@ -64,6 +64,16 @@ func derivedKey(identity, k string) string {
 	return "qmk-" + hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
+// keySeed is the cluster order's seed of a request forwarded with key
+// (a derivedKey): the same on every replica, spread as its digest is.
+func keySeed(key string) uint64 {
+	seed := uint64(0xcbf29ce484222325) // FNV-1a 64
+	for i := range len(key) {
+		seed = (seed ^ uint64(key[i])) * 0x100000001b3
+	}
+	return seed
+}
+
 // requestKeys makes the keys of requests that came without one.
 type requestKeys struct {
 	prefix string

@@ -565,3 +565,65 @@ func waitReady(t *testing.T, f *Forwarder, endpoint string) {
 	}
 	t.Fatalf("the connection to %s is not ready", endpoint)
 }
+
+// A keyed request's clusters come in its key's order, whatever the seed
+// of the request (another replica, another try): the caller's retry meets
+// first the cluster that may hold its allocation from a lost answer. Two
+// clusters in one tier, each key sent with four seeds: one server per key,
+// and the keys spread over both clusters. A request without a key still
+// draws its order from the seed.
+func TestKeyedOrderFollowsTheKey(t *testing.T) {
+	pki := newTestPKI(t)
+	sec := pki.secret(t, "entry")
+	remotes := []*keyedRemote{newKeyedRemote("a"), newKeyedRemote("b")}
+	var policies []core.Policy
+	for i, r := range remotes {
+		policies = append(policies, core.Policy{
+			Name: r.name, Priority: 1, Weight: 1, Labels: map[string]string{"to": "keyed"},
+			Connection: core.ConnectionInfo{ClusterName: r.name, Endpoints: []string{serveKeyed(t, pki, remotes[i])}, SecretName: sec.Name},
+		})
+	}
+	f, err := New(Options{Source: NewStore(NewSet(map[string][]core.Policy{"default": policies}, []Secret{sec})),
+		Self: "entry", Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const keys = 16
+	for k := range keys {
+		key := fmt.Sprintf("match-%d", k)
+		var servers []string
+		for seed := uint64(1); seed <= 4; seed++ {
+			resp, err := f.AllocateFor(ctx, "caller", to("keyed", map[string]string{allocationKeyAnnotation: key}), nil, seed, nil)
+			if err != nil {
+				t.Fatalf("key %s, seed %d: %v", key, seed, err)
+			}
+			servers = append(servers, resp.GetGameServerName())
+		}
+		for _, s := range servers[1:] {
+			if s != servers[0] {
+				t.Fatalf("key %s sent with four seeds was answered %q: its tries went to different clusters", key, servers)
+			}
+		}
+	}
+	a, b := remotes[0].allocated.Load(), remotes[1].allocated.Load()
+	if a+b != keys || a == 0 || b == 0 {
+		t.Errorf("%d keys allocated %d servers at a and %d at b; want one per key, on both clusters", keys, a, b)
+	}
+
+	// Without a key the seed still chooses.
+	clusters := map[string]bool{}
+	for seed := uint64(1); seed <= 16; seed++ {
+		resp, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, seed, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clusters[resp.GetGameServerName()[:1]] = true
+	}
+	if len(clusters) != 2 {
+		t.Errorf("requests without a key, sixteen seeds, went only to %v", clusters)
+	}
+}
