@@ -123,7 +123,7 @@ func checkGroupLinks(t *testing.T, ix *Index, g *group) {
 		if gn.g != g || gn.groupPos != i {
 			t.Errorf("group %+v: node %s at %d says it is at %d of %+v", g.key, gn.node.name, i, gn.groupPos, gn.g.key)
 		}
-		if gn.nodePos >= len(gn.node.gns) || gn.node.gns[gn.nodePos] != gn {
+		if gn.nodePos >= len(gn.node.gns) || gn.node.gns[gn.nodePos] != (nodeGroup{g, gn}) {
 			t.Errorf("group %+v: node %s does not list the group at %d", g.key, gn.node.name, gn.nodePos)
 		}
 	}

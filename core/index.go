@@ -170,7 +170,15 @@ type nodeInfo struct {
 	// join finds a node's place in a group here, among a few, rather than
 	// in the group's map of every node; a change of the node's counts marks
 	// the ordered groups' ones for re-sorting.
-	gns []*groupNode
+	gns []nodeGroup
+}
+
+// nodeGroup is a node's groupNode in a group, with the group beside it:
+// walking a node's groups (to mark them dirty, to find one) reads the
+// group, one of few and often in cache, rather than each groupNode.
+type nodeGroup struct {
+	g  *group
+	gn *groupNode
 }
 
 type group struct {
@@ -428,6 +436,31 @@ func (ix *Index) Upsert(gs *GameServer) {
 	ix.mu.Unlock()
 }
 
+// A Slot is where an index keeps one server, as UpsertSlot returns it. A
+// caller that keeps it hands it to the next UpsertSlot of that server,
+// which then need not find the server by its key: on a large fleet that
+// search is a good part of an update's cost. The zero Slot is none; a Slot
+// of another index, of a server since removed, or of another server is
+// ignored.
+type Slot struct {
+	ix *Index
+	e  *entry
+}
+
+// UpsertSlot is Upsert with s, the server's Slot from the last UpsertSlot
+// of it (or none); it returns the server's Slot now.
+func (ix *Index) UpsertSlot(s Slot, gs *GameServer) Slot {
+	ix.mu.Lock()
+	e := s.e
+	if s.ix != ix || e == nil || e.removed || e.gs.Name != gs.Name || e.gs.Namespace != gs.Namespace {
+		e = ix.upsert(gs)
+	} else {
+		ix.update(e, gs)
+	}
+	ix.mu.Unlock()
+	return Slot{ix: ix, e: e}
+}
+
 // Remove deletes the server stored under k and reports whether it was there.
 func (ix *Index) Remove(k Key) bool {
 	ix.mu.Lock()
@@ -571,7 +604,8 @@ func (ix *Index) allocate(ctx context.Context, req *Request, now time.Time, seed
 	return nil, ErrNoMatch
 }
 
-func (ix *Index) upsert(gs *GameServer) {
+// upsert stores gs and returns its entry.
+func (ix *Index) upsert(gs *GameServer) *entry {
 	k := gs.Key()
 	e := ix.entries[k]
 	if e == nil {
@@ -580,9 +614,10 @@ func (ix *Index) upsert(gs *GameServer) {
 		ix.entries[k] = e
 		ix.nsCount[k.Namespace]++
 		ix.place(e, gs, true, nil)
-		return
+		return e
 	}
 	ix.update(e, gs)
+	return e
 }
 
 // update replaces the server of an existing entry.
@@ -728,8 +763,8 @@ func (ix *Index) releaseNode(n *nodeInfo) {
 	// node still dirty is dropped when the group re-sorts it (refresh
 	// sees the node has no server); the others go now.
 	for i := len(n.gns) - 1; i >= 0; i-- {
-		if gn := n.gns[i]; !gn.g.ordered || !gn.dirty {
-			gn.g.dropNode(gn)
+		if ng := n.gns[i]; !ng.g.ordered || !ng.gn.dirty {
+			ng.g.dropNode(ng.gn)
 		}
 	}
 }
@@ -752,9 +787,9 @@ func (ix *Index) count(n *nodeInfo, st State, delta int) {
 // A node with no members in a group and out of its order has nothing to
 // re-sort there: join marks it when a member arrives.
 func (n *nodeInfo) markDirty() {
-	for _, gn := range n.gns {
-		if gn.g.ordered && (gn.inOrder || len(gn.members) > 0) {
-			gn.markDirty()
+	for _, ng := range n.gns {
+		if ng.g.ordered && (ng.gn.inOrder || len(ng.gn.members) > 0) {
+			ng.gn.markDirty()
 		}
 	}
 }
@@ -973,16 +1008,16 @@ func (ix *Index) join(e *entry, g *group) {
 		ix.moveKept(g.key.label, -1)
 	}
 	var gn *groupNode
-	for _, x := range e.node.gns {
-		if x.g == g {
-			gn = x
+	for _, ng := range e.node.gns {
+		if ng.g == g {
+			gn = ng.gn
 			break
 		}
 	}
 	if gn == nil {
 		gn = &groupNode{g: g, node: e.node, nodePos: len(e.node.gns), groupPos: len(g.nodes)}
 		g.nodes = append(g.nodes, gn)
-		e.node.gns = append(e.node.gns, gn)
+		e.node.gns = append(e.node.gns, nodeGroup{g: g, gn: gn})
 	}
 	name := e.gs.Name
 	// Packed allocates a node's servers in name order, so an Allocated
@@ -1123,8 +1158,8 @@ func (g *group) dropNode(gn *groupNode) {
 	gns := gn.node.gns
 	last = len(gns) - 1
 	gns[gn.nodePos] = gns[last]
-	gns[gn.nodePos].nodePos = gn.nodePos
-	gns[last] = nil
+	gns[gn.nodePos].gn.nodePos = gn.nodePos
+	gns[last] = nodeGroup{}
 	gn.node.gns = gns[:last]
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -501,9 +502,9 @@ func TestOrderedGroupKeepsEmptiedNode(t *testing.T) {
 	}
 	node := ix.nodes[res.GameServer.NodeName]
 	inGroup := func() *groupNode {
-		for _, gn := range node.gns {
-			if gn.g == g {
-				return gn
+		for _, ng := range node.gns {
+			if ng.g == g {
+				return ng.gn
 			}
 		}
 		return nil
@@ -536,4 +537,66 @@ func TestOrderedGroupKeepsEmptiedNode(t *testing.T) {
 		}
 	}
 	checkGroups(t, ix)
+}
+
+// TestUpsertSlotIsUpsert: UpsertSlot with whatever Slot it is handed (the
+// server's own, none, another server's, a removed server's, another
+// index's) leaves the index as Upsert does, and Packed allocations from
+// both agree at every step.
+func TestUpsertSlotIsUpsert(t *testing.T) {
+	plain, slotted, other := NewIndex(), NewIndex(), NewIndex()
+	req := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{FleetLabel: "f"}}}})
+	r := newRNG(7)
+	slots := map[string]Slot{}
+	name := func(i uint64) string { return fmt.Sprintf("gs-%d", i) }
+	for step := range 3000 {
+		n := name(r.uint64() % 40)
+		gs := ready(n, fmt.Sprintf("node-%d", r.uint64()%6), FleetLabel, "f")
+		switch op := r.uint64() % 10; {
+		case op < 6:
+			if r.uint64()%3 == 0 {
+				gs.State = StateAllocated
+			}
+			s := slots[n]
+			switch r.uint64() % 4 {
+			case 0:
+				s = Slot{}
+			case 1:
+				s = slots[name(r.uint64()%40)] // another server's, maybe
+			case 2:
+				s = other.UpsertSlot(Slot{}, gs) // another index's
+			}
+			plain.Upsert(gs)
+			slots[n] = slotted.UpsertSlot(s, gs)
+		case op < 8:
+			// The removed server's Slot stays in slots, to be handed back.
+			a, b := plain.Remove(gs.Key()), slotted.Remove(gs.Key())
+			if a != b {
+				t.Fatalf("step %d: Remove(%s) = %v and %v", step, n, a, b)
+			}
+		default:
+			a, errA := plain.AllocateAndCommit(req, t0, uint64(step))
+			b, errB := slotted.AllocateAndCommit(req, t0, uint64(step))
+			if (errA == nil) != (errB == nil) || errA == nil && a.GameServer.Name != b.GameServer.Name {
+				t.Fatalf("step %d: allocations differ: %v %v / %v %v", step, a, errA, b, errB)
+			}
+			if errA == nil {
+				// Later upserts of the allocated server go through its Slot.
+				slots[a.GameServer.Name] = slotted.UpsertSlot(slots[a.GameServer.Name], b.GameServer)
+				plain.Upsert(a.GameServer)
+			}
+		}
+		if a, b := describe(plain.List()), describe(slotted.List()); a != b {
+			t.Fatalf("step %d: the indexes differ:\n%s\n%s", step, a, b)
+		}
+	}
+	checkGroups(t, slotted)
+}
+
+func describe(list []*GameServer) string {
+	var b strings.Builder
+	for _, gs := range list {
+		fmt.Fprintf(&b, "%s/%s %s on %s %v; ", gs.Namespace, gs.Name, gs.State, gs.NodeName, gs.Labels)
+	}
+	return b.String()
 }

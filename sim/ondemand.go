@@ -180,7 +180,7 @@ func (w *world) placeOnDemand(cl *cluster, f *fleet) (int32, bool) {
 	slot := int32(len(cl.servers))
 	cl.servers = append(cl.servers, server{node: n, fleet: int16(f.idx), state: stStarting, pos: -1, onDemand: true})
 	for _, rp := range cl.replicas {
-		rp.seen = append(rp.seen, 0)
+		rp.seen = append(rp.seen, cached{})
 	}
 	return slot, true
 }

@@ -83,9 +83,16 @@ type delivery struct {
 	gs   *core.GameServer
 }
 
+// cached is what a replica's cache holds of one server: the newest
+// revision applied to it, and where its index keeps the server.
+type cached struct {
+	rev uint64
+	at  core.Slot
+}
+
 type replica struct {
 	ix      *core.Index
-	seen    []uint64 // per slot: the newest revision applied to the cache
+	seen    []cached // per server slot
 	delay   *sampler
 	instant bool // the informer delay is zero: apply changes at once
 	fifo    []delivery
@@ -753,7 +760,7 @@ func (w *world) writeDone(id int32) {
 		gs.Version = strconv.FormatUint(cl.rev, 10)
 		sv.gs, sv.rev, sv.state = gs, cl.rev, stAllocated
 		rp.ix.Commit(res, nil)
-		rp.seen[slot] = cl.rev
+		rp.seen[slot].rev = cl.rev
 		w.propagate(cl, slot, gs, false, int(r.replica))
 		if w.loss != nil {
 			ri := int(r.replica)
@@ -776,12 +783,14 @@ func (w *world) writeDone(id int32) {
 	// Conflict: take the fresh state, drop the hold, decide again.
 	cl.m.Retries++
 	w.tot.retries++
+	c := &rp.seen[slot]
 	if sv.state == stGone {
 		rp.ix.Remove(res.Previous.Key())
+		c.at = core.Slot{}
 	} else {
-		rp.ix.Upsert(sv.gs)
+		c.at = rp.ix.UpsertSlot(c.at, sv.gs)
 	}
-	rp.seen[slot] = sv.rev
+	c.rev = sv.rev
 	rp.ix.Abort(res)
 	r.retries++
 	if int(r.retries) > cl.cfg.MaxRetries {
@@ -872,7 +881,7 @@ func (w *world) createServer(cl *cluster, f *fleet) (int32, bool) {
 	slot := int32(len(cl.servers))
 	cl.servers = append(cl.servers, server{node: n, fleet: int16(f.idx), state: stStarting, pos: -1})
 	for _, rp := range cl.replicas {
-		rp.seen = append(rp.seen, 0)
+		rp.seen = append(rp.seen, cached{})
 	}
 	f.starting++
 	return slot, true
@@ -902,8 +911,7 @@ func (w *world) markReady(cl *cluster, slot int32, initial bool) {
 	cl.readyCount++
 	if initial {
 		for _, rp := range cl.replicas {
-			rp.ix.Upsert(sv.gs)
-			rp.seen[slot] = sv.rev
+			rp.seen[slot] = cached{rev: sv.rev, at: rp.ix.UpsertSlot(core.Slot{}, sv.gs)}
 		}
 		return
 	}
@@ -1106,14 +1114,16 @@ func (w *world) deliver(cl *cluster, ri int) {
 // server at the same or a newer revision (its own write, or fresh state
 // fetched on a conflict).
 func (rp *replica) apply(d *delivery) {
-	if d.rev <= rp.seen[d.slot] {
+	c := &rp.seen[d.slot]
+	if d.rev <= c.rev {
 		return
 	}
-	rp.seen[d.slot] = d.rev
+	c.rev = d.rev
 	if d.del {
 		rp.ix.Remove(d.gs.Key())
+		c.at = core.Slot{}
 	} else {
-		rp.ix.Upsert(d.gs)
+		c.at = rp.ix.UpsertSlot(c.at, d.gs)
 	}
 }
 
