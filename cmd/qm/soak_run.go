@@ -29,7 +29,7 @@ a seeded schedule (--schedule, or the shipped one: every kind a few times
 in five minutes): an allocator replica killed with SIGKILL and started
 again, an API server down and up, a link cut, slowed or made lossy, a
 connection Secret rotated, a fleet scaled down and up, a remote that
-answers slowly. Every request, release and fault goes to DIR/history.jsonl
+answers slowly, answers lost on their way back. Every request, release and fault goes to DIR/history.jsonl
 as it happens; after the load and a settle period every GameServer object
 on every API server goes to DIR/snapshot.json, and the checker holds the
 two against the allocator's promises (soak/README.md). The table goes to
