@@ -196,6 +196,7 @@ type checker struct {
 	held    map[serverKey][]*Session      // OK sessions by the server answered
 	proms   map[string]*promise           // by name
 	order   []string                      // promise names in report order
+	fwdKeys map[string]map[string]string  // by caller: forwarder's key -> caller's key
 	_       struct{}                      // keep fields aligned for gofmt
 }
 
@@ -474,23 +475,61 @@ func (c *checker) dangling() {
 
 // keyedElsewhere says, for a dangling server allocated with a key, what
 // the key's request was answered with: another server means one key
-// holds two.
+// holds two; no server at all, the answer that left it. A server a
+// forwarder allocated carries the forwarder's key, a digest of the
+// caller's identity and key (ForwardedKey), which names the caller's
+// request.
 func (c *checker) keyedElsewhere(gs *GameServer) string {
 	key := gs.Annotations[KeyAnnotation]
 	if key == "" {
 		return ""
 	}
+	caller, callerKey, what := gs.Owner, key, fmt.Sprintf("key %q", key)
+	if forCaller := gs.Annotations[ForwardedForAnnotation]; forCaller != "" {
+		if k, ok := c.forwardedKeys(forCaller)[key]; ok {
+			caller, callerKey = forCaller, k
+			what = fmt.Sprintf("the forwarder's key for %s's key %q", forCaller, k)
+		}
+	}
+	var last *Session
 	for i := range c.h.Sessions {
 		s := &c.h.Sessions[i]
-		if s.Key != key || (gs.Owner != "" && s.Caller != gs.Owner) {
+		if s.Key != callerKey || (caller != "" && s.Caller != caller) {
 			continue
 		}
 		if s.Code == CodeOK {
-			return fmt.Sprintf("; it carries key %q, whose request %d (caller %s) was answered with %s/%s: one key, two servers",
-				key, s.ID, s.Caller, s.ServingCluster(), s.Server)
+			return fmt.Sprintf("; it carries %s, whose request %d (caller %s) was answered with %s/%s: one key, two servers",
+				what, s.ID, s.Caller, s.ServingCluster(), s.Server)
+		}
+		if last == nil || s.Answered.After(last.Answered) {
+			last = s
 		}
 	}
-	return fmt.Sprintf("; it carries key %q, which no answer names", key)
+	if last != nil {
+		return fmt.Sprintf("; it carries %s, whose request (caller %s) was never answered with a server: its last try, %d, was answered %s",
+			what, last.Caller, last.ID, last.Code)
+	}
+	return fmt.Sprintf("; it carries key %q, which no request names", key)
+}
+
+// forwardedKeys maps the forwarder's keys for caller's requests to the
+// caller's own keys.
+func (c *checker) forwardedKeys(caller string) map[string]string {
+	if m, ok := c.fwdKeys[caller]; ok {
+		return m
+	}
+	m := map[string]string{}
+	for i := range c.h.Sessions {
+		s := &c.h.Sessions[i]
+		if s.Key != "" && s.Caller == caller {
+			m[ForwardedKey(caller, s.Key)] = s.Key
+		}
+	}
+	if c.fwdKeys == nil {
+		c.fwdKeys = map[string]map[string]string{}
+	}
+	c.fwdKeys[caller] = m
+	return m
 }
 
 // unknownOutcomeCodes are request answers that leave the caller not

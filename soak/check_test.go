@@ -47,6 +47,11 @@ func withAnnotation(g GameServer, k, v string) GameServer {
 	return g
 }
 
+func withForwardedFor(g GameServer, caller string) GameServer {
+	g.Annotations[ForwardedForAnnotation] = caller
+	return g
+}
+
 func allocatedAt(g GameServer, sec float64) GameServer {
 	g.LastAllocated = at(sec).Format(time.RFC3339Nano)
 	return g
@@ -267,6 +272,17 @@ func TestCheckPromises(t *testing.T) {
 			example: map[string]string{PromiseNoDangling: `gs-1 is Allocated (owner "alice", last allocated "2026-01-02T03:00:03.005Z") and was never answered to a caller; it carries key "k1", whose request 2 (caller alice) was answered with b/gs-2: one key, two servers`},
 		},
 		{
+			// A forwarder's allocation carries its key for the caller's:
+			// the caller's request, answered "no server", never retried.
+			name: "keyed: a forwarded allocation whose request was answered ResourceExhausted",
+			h:    hist(withKey(failed(1, "caller", "a", 3, "ResourceExhausted"), "load-4855b0c93c91-73")),
+			s: snap(withForwardedFor(withAnnotation(allocatedAt(gs("b", "gs-1", "Allocated", "forwarder-a"), 3.005),
+				KeyAnnotation, "qmk-ec9c266188e7979f93ba1f1e4b7d22c2"), "caller")),
+			want: map[string]int{PromiseNoDangling: 1},
+			example: map[string]string{PromiseNoDangling: `it carries the forwarder's key for caller's key "load-4855b0c93c91-73", ` +
+				`whose request (caller caller) was never answered with a server: its last try, 1, was answered ResourceExhausted`},
+		},
+		{
 			name: "keyed: a given-up request resolved and given back",
 			h: hist(withKey(failed(1, "alice", "a", 3, "DeadlineExceeded"), "k1"),
 				withAttempt(withKey(ok(2, "alice", "a", "", "gs-1", 20, 20.5), "k1"), 0, true)),
@@ -313,6 +329,14 @@ func TestCheckPromises(t *testing.T) {
 				t.Errorf("Violations() = %d, want %d", r.Violations(), total)
 			}
 		})
+	}
+}
+
+// The forwarder's key for a caller's key, as a real forwarder sent it in
+// a soak (read from the GameServer it allocated).
+func TestForwardedKey(t *testing.T) {
+	if got, want := ForwardedKey("caller", "load-4855b0c93c91-73"), "qmk-ec9c266188e7979f93ba1f1e4b7d22c2"; got != want {
+		t.Errorf("ForwardedKey = %s, want %s", got, want)
 	}
 }
 

@@ -1,6 +1,8 @@
 package soak
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,12 +15,29 @@ import (
 // write it (Agones') leaves Owner empty and the checker skips the owner
 // comparison.
 // The key annotation is the idempotency key the server was allocated
-// with, which names the request a dangling server was made for.
+// with, which names the request a dangling server was made for; on a
+// server a forwarder allocated, the forwarded-for annotation names the
+// caller it was allocated for, and the key is the forwarder's
+// (ForwardedKey).
 const (
 	OwnerAnnotation         = "quartermaster.dev/owner"
 	LastAllocatedAnnotation = "agones.dev/last-allocated"
 	KeyAnnotation           = "quartermaster.dev/allocation-key"
+	ForwardedForAnnotation  = "quartermaster.dev/forwarded-for"
 )
+
+// ForwardedKey is the key Quartermaster's forwarder sends for a caller's
+// keyed request: "qmk-" and the hex of the first 16 bytes of the SHA-256
+// of the caller's identity, a zero byte and the key, so that two callers'
+// keys never meet at the remote. The checker reads it back to name the
+// request a forwarded server was allocated for.
+func ForwardedKey(identity, key string) string {
+	h := sha256.New()
+	h.Write([]byte(identity))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	return "qmk-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
 
 // StateAllocated is the GameServer state of a held server.
 const StateAllocated = "Allocated"
