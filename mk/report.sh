@@ -56,8 +56,9 @@
 # OUT/base, so `qm report --baseline OUT/base OUT/cur/*` is the gate.
 #
 # Each round measures every family on both sides, the side going first
-# alternating from round to round (A B, B A, ...), so that whatever the
-# machine does meanwhile falls on both sides alike.
+# alternating from round to round (A B, B A, ...), and within a round the
+# in-process families' samples alternate one by one (measure_round), so
+# that whatever the machine does meanwhile falls on both sides alike.
 #
 # PERF_FAMILIES (default "core sim service forward kube service-load
 # forward-load") picks the families.
@@ -228,16 +229,33 @@ for side in $sides; do
 	fi
 done
 
+# fresh BINARY: a copy of BINARY in a file of its own, to run one sample
+# from (the caller removes it). The processes of one file share its
+# pages in the page cache, and so the physical placement of its code,
+# which decides which of its lines contend for the same cache sets: a
+# placement that stays the same for a side's every sample is a bias of
+# that side, which alternating cannot cancel. A new file per sample draws
+# the placement anew each time, as a new process does for its heap and
+# stacks, so the samples stay independent and both sides alike.
+fresh() {
+	local copy
+	copy=$(mktemp "$tmp/exec.$(basename "$1").XXXXXX")
+	cp "$1" "$copy" && chmod 755 "$copy" && printf '%s\n' "$copy"
+}
+
 # gate_bench FILE ROUND DIR BINARY NAME BENCHTIME: one process of a gate
 # benchmark (on one P, as all of them), its results appended to FILE
 # after the round's configuration lines; a failure shows its output.
 gate_bench() {
-	local file=$1 r=$2 dir=$3 bin=$4 name=$5 benchtime=$6 res
-	res=$(cd "$dir" && GOMAXPROCS=1 "$bin" -test.run '^$' -test.bench "^Benchmark$name\$" -test.benchtime "$benchtime") || {
+	local file=$1 r=$2 dir=$3 bin=$4 name=$5 benchtime=$6 res exe
+	exe=$(fresh "$bin")
+	res=$(cd "$dir" && GOMAXPROCS=1 "$exe" -test.run '^$' -test.bench "^Benchmark$name\$" -test.benchtime "$benchtime") || {
+		rm -f "$exe"
 		echo "report: Benchmark$name failed:" >&2
 		printf '%s\n' "$res" | tail -n 20 >&2
 		return 1
 	}
+	rm -f "$exe"
 	printf 'round: %s\ngomaxprocs: 1\n%s\n' "$r" "$res" >>"$file"
 }
 
@@ -248,13 +266,16 @@ gate_bench() {
 # take the lower quartile of their batches: another process can only add
 # to a timing's CPU) and the median of the rest.
 core_sample() {
-	local res
-	res=$(cd core && GOMAXPROCS=1 "$1" -test.run '^$' -test.bench '^BenchmarkGateAllocate$' \
+	local res exe
+	exe=$(fresh "$1")
+	res=$(cd core && GOMAXPROCS=1 "$exe" -test.run '^$' -test.bench '^BenchmarkGateAllocate$' \
 		-test.benchtime "$benchtime" -test.count "${PERF_CORE_COUNT:-8}" -test.benchmem) || {
+		rm -f "$exe"
 		echo "report: BenchmarkGateAllocate failed:" >&2
 		printf '%s\n' "$res" | tail -n 20 >&2
 		return 1
 	}
+	rm -f "$exe"
 	printf 'round: %s\ngomaxprocs: 1\n' "$2"
 	printf '%s\n' "$res" | awk '
 		function sorted(list, out,   n, i, j, v) {
@@ -279,49 +300,68 @@ core_sample() {
 		}'
 }
 
-# measure SIDE ROUND: one round of every family on one side.
-measure() {
-	local side=$1 r=$2 bin=$tmp/$1
+# sample FAMILY SIDE ROUND: one sample of an in-process family on one
+# side: one process of its gate benchmark.
+sample() {
+	local family=$1 side=$2 r=$3 bin=$tmp/$2 exe
 	# GOMAXPROCS=1 for the benchmarks: with one P no idle P spins looking
 	# for work, CPU time a busy machine adds or takes away at random; the
 	# work itself (collector included) is the same on one P as on two.
 	# Every sample is a process of its own: samples from one process share
 	# its heap's and stacks' placement, which moves CPU per op from one
-	# process to the next, so they are not independent as the test assumes.
-	local k
-	if has core; then
-		for k in 1 2 3; do
-			core_sample "$bin/core.test" "$r" >>"$out/$side/bench-core.txt"
-		done
-	fi
-	if has sim; then
-		for k in 1 2; do
-			{
-				echo "round: $r"
-				echo "gomaxprocs: 1"
-				(cd sim && GOMAXPROCS=1 "$bin/sim.test" -test.run '^$' -test.bench '^BenchmarkGateSim$' -test.benchtime 1x -test.benchmem)
-			} >>"$out/$side/bench-sim.txt"
-		done
-	fi
+	# process to the next, so they are not independent as the test assumes;
+	# and each runs from a copy of its binary of its own (fresh).
+	case $family in
+	core) core_sample "$bin/core.test" "$r" >>"$out/$side/bench-core.txt" ;;
+	sim)
+		exe=$(fresh "$bin/sim.test")
+		{
+			echo "round: $r"
+			echo "gomaxprocs: 1"
+			(cd sim && GOMAXPROCS=1 "$exe" -test.run '^$' -test.bench '^BenchmarkGateSim$' -test.benchtime 1x -test.benchmem)
+		} >>"$out/$side/bench-sim.txt"
+		rm -f "$exe"
+		;;
 	# The service, forwarding and the kubernetes backend in process: CPU
 	# per operation of the process doing the work (the server, the entry
 	# or the backend), one caller and one request at a time, so that every
 	# request costs it the same wake-ups however busy the machine is.
-	if has service; then
-		for k in 1 2 3; do
-			gate_bench "$out/$side/bench-service.txt" "$r" allocator "$bin/service.test" GateService "$PERF_SERVICE_OPS"
+	service) gate_bench "$out/$side/bench-service.txt" "$r" allocator "$bin/service.test" GateService "$PERF_SERVICE_OPS" ;;
+	forward) gate_bench "$out/$side/bench-forward.txt" "$r" allocator/forward "$bin/forward.test" GateForward "$PERF_FORWARD_OPS" ;;
+	kube) QM_GATE_KUBECONFIG=$kubeconfig gate_bench "$out/$side/bench-kube.txt" "$r" allocator/kube "$bin/kube.test" GateKube "$PERF_KUBE_OPS" ;;
+	esac
+}
+
+# samples_per_round FAMILY: how many processes of the family each side
+# runs a round.
+samples_per_round() {
+	case $1 in core | service | forward) echo 3 ;; *) echo 2 ;; esac
+}
+
+# measure_round ROUND SIDE...: one round. Each in-process family's
+# samples are taken with the sides in turn, sample by sample, the side
+# going first swapping every time (A B, B A, A B, ...): a burst of load
+# lasting a few seconds then falls on one sample of one side and the
+# next sample is the other side's, rather than on a run of one side's
+# samples, which the test would count as that many independent pieces
+# of evidence. The from-outside families then run a side at a time.
+measure_round() {
+	local r=$1 family k side
+	shift
+	local turn=("$@")
+	for family in core sim service forward kube; do
+		has "$family" || continue
+		for k in $(seq 1 "$(samples_per_round "$family")"); do
+			for side in "${turn[@]}"; do sample "$family" "$side" "$r"; done
+			if [[ ${#turn[@]} -eq 2 ]]; then turn=("${turn[1]}" "${turn[0]}"); fi
 		done
-	fi
-	if has forward; then
-		for k in 1 2 3; do
-			gate_bench "$out/$side/bench-forward.txt" "$r" allocator/forward "$bin/forward.test" GateForward "$PERF_FORWARD_OPS"
-		done
-	fi
-	if has kube; then
-		for k in 1 2; do
-			QM_GATE_KUBECONFIG=$kubeconfig gate_bench "$out/$side/bench-kube.txt" "$r" allocator/kube "$bin/kube.test" GateKube "$PERF_KUBE_OPS"
-		done
-	fi
+	done
+	for side in "$@"; do measure_outside "$side" "$r"; done
+}
+
+# measure_outside SIDE ROUND: the from-outside families on one side.
+measure_outside() {
+	local side=$1 r=$2 bin=$tmp/$1
 	# The servers from outside: closed loops of 32 callers. The server's CPU per request
 	# depends on how many requests each wake-up finds waiting; a saturated
 	# server finds many on any machine, a lightly loaded one few or many
@@ -374,7 +414,7 @@ start=$SECONDS
 read -r -a order <<<"$sides"
 for r in $(seq 0 $((rounds - 1))); do
 	echo "== round $((r + 1)) of $rounds: ${order[*]} ($((SECONDS - start)) s so far)" >&2
-	for side in "${order[@]}"; do measure "$side" "$r"; done
+	measure_round "$r" "${order[@]}"
 	# The other side first next round.
 	if [[ ${#order[@]} -eq 2 ]]; then order=("${order[1]}" "${order[0]}"); fi
 done
