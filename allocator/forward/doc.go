@@ -70,14 +70,23 @@
 // or it was released already) ends it as nothing there; an endpoint that
 // refuses (an allocator without release by key) or stays unreachable for
 // ReconcileFor ends it as given up. The queue is bounded, and dropped when
-// the forwarder closes. A request with the caller's key that no cluster
-// served is left alone: the caller's retry within the remote's key window
-// gets the allocation. The retry meets that cluster again through any
-// replica of this allocator because a keyed request's clusters are
-// ordered by its key, not drawn anew; it is served elsewhere (and the
-// first allocation stays held) only if a cluster ahead of that one in the
-// order, which had no server then, has one now, or that cluster cannot be
-// reached at all. qm_forward_answers_lost_total and
-// qm_forward_reconciliations_total (queued, attempted, released,
-// nothing_there, given_up) count what happened.
+// the forwarder closes.
+//
+// A request with the caller's key that no cluster served, while a cluster
+// may hold an allocation for it (an answer was lost there), is answered
+// Unavailable naming that cluster, whatever the others said: a caller
+// retries that, where "no game server" would have it give up and leave
+// the server held for nobody. The allocation is kept for the retry, which
+// meets that cluster first through any replica of this allocator: a keyed
+// request's clusters are ordered by its key, not drawn anew. If the retry
+// is served elsewhere all the same (that cluster is down, or its breaker
+// open), the release of its key is queued at every cluster it could not
+// reach; most of these find nothing there, so they take at most half the
+// queue. Left open: a cluster ahead in the order that had no server for
+// the first try and has one for the retry serves it while the first
+// allocation stays held.
+//
+// qm_forward_answers_lost_total and qm_forward_reconciliations_total
+// (queued, attempted, released, nothing_there, given_up) count what
+// happened.
 package forward

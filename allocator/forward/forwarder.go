@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -393,6 +394,11 @@ type forwarding struct {
 	callerKey string // the caller's own key, if any
 	key       string // the forwarded key; made when first needed
 	held      []heldAt
+	// unreached are the remote clusters of a request with the caller's
+	// key that neither answered nor were sent it (down, or their breaker
+	// open): an earlier try of the key, whose answer was lost, may hold an
+	// allocation there.
+	unreached []heldAt
 }
 
 // forwardedKey is the key fw's request is forwarded with: the caller's,
@@ -480,7 +486,7 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
 		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
 		if resp != nil {
-			if fw.held != nil {
+			if fw.held != nil || fw.unreached != nil {
 				f.settle(&fw, where(p))
 			}
 			return resp, nil
@@ -492,11 +498,40 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 		// key: give it back. (The caller's key is kept for its retry.)
 		f.settle(&fw, "")
 	}
-	return nil, f.summary(ctx, ns, tries)
+	err = f.summary(ctx, ns, tries)
+	if fw.held != nil && fw.callerKey != "" {
+		err = heldForRetry(err, fw.held)
+	}
+	return nil, err
+}
+
+// heldForRetry is the answer to a keyed request that no cluster served
+// while an allocation may be held for its key where an answer was lost.
+// The caller must send the request again with its key (it then meets
+// that cluster first, and gets the allocation), so the answer is one a
+// caller retries: Unavailable, whatever the other clusters said. "No
+// game server" would have the caller give up and leave the server held.
+func heldForRetry(err error, held []heldAt) error {
+	st := status.Convert(err)
+	code := st.Code()
+	if code != codes.DeadlineExceeded && code != codes.Canceled {
+		code = codes.Unavailable
+	}
+	clusters := make([]string, len(held))
+	for i, h := range held {
+		clusters[i] = h.cluster
+	}
+	return status.Errorf(code, "%s; an answer was lost at %s, which may hold an allocation for this request's key: send it again with the same key",
+		st.Message(), strings.Join(clusters, " and "))
 }
 
 // settle queues the release of fw's allocations that may be held in
-// clusters other than served's.
+// clusters other than served's: those whose answers were lost, and, once
+// a keyed request is served, those of earlier tries of its key in the
+// clusters this one could not reach. (The caller retried because an
+// answer was lost; its key's order led the earlier try the same way, so
+// a cluster unreached now may be where that answer was lost. Most such
+// releases find nothing there; they take only the queue's spare room.)
 func (f *Forwarder) settle(fw *forwarding, served string) {
 	var give []heldAt
 	for _, h := range fw.held {
@@ -505,7 +540,19 @@ func (f *Forwarder) settle(fw *forwarding, served string) {
 		}
 	}
 	if len(give) > 0 {
-		f.rec.add(give)
+		f.rec.add(give, false)
+	}
+	if served == "" || fw.unreached == nil {
+		return
+	}
+	give = give[:0]
+	for _, h := range fw.unreached {
+		if h.cluster != served && !slices.ContainsFunc(fw.held, func(o heldAt) bool { return o.cluster == h.cluster }) {
+			give = append(give, h)
+		}
+	}
+	if len(give) > 0 {
+		f.rec.add(give, true)
 	}
 }
 
@@ -594,9 +641,11 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 		t.out = outUnavailable
 		if !reached {
 			t.out = outBreakerOpen
-			return nil, t
 		}
-		if round >= f.retries {
+		if !reached || round >= f.retries {
+			if fw.callerKey != "" {
+				fw.unreached = append(fw.unreached, rc.releaseAt(t.where, rc.endpoints[0], fw.identity))
+			}
 			return nil, t
 		}
 		wait := f.backoff << round
@@ -629,6 +678,13 @@ type remoteCall struct {
 	keyed *encodedRequest
 	// octx is the caller's context with the outgoing metadata (the hops).
 	octx context.Context
+}
+
+// releaseAt is where rc's allocation for identity would be released, by
+// its key, at endpoint ep of cluster (a where).
+func (rc *remoteCall) releaseAt(cluster, ep, identity string) heldAt {
+	return heldAt{cluster: cluster, endpoint: ep, namespace: rc.ns, secretName: rc.policy.Connection.SecretName,
+		serverCA: rc.policy.Connection.ServerCA, target: rc.target, identity: identity, key: rc.key}
 }
 
 // misconfigured makes t the answer to a policy that cannot be used.
@@ -737,8 +793,7 @@ func (f *Forwarder) tryEndpoint(ctx context.Context, rc *remoteCall, ep string, 
 		return resp, "", true
 	}
 	if sent {
-		fw.hold(heldAt{cluster: t.where, endpoint: ep, namespace: rc.ns, secretName: rc.policy.Connection.SecretName,
-			serverCA: rc.policy.Connection.ServerCA, target: rc.target, identity: fw.identity, key: rc.key})
+		fw.hold(rc.releaseAt(t.where, ep, fw.identity))
 	}
 	st := status.Convert(err)
 	if ctx.Err() != nil || deadlinePassed(ctx) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,8 @@ type keyedRemote struct {
 	allocated atomic.Int64 // servers allocated now
 	// failReleases: Release answers Unavailable.
 	failReleases atomic.Bool
+	// full: Allocate answers ResourceExhausted.
+	full atomic.Bool
 }
 
 func newKeyedRemote(name string) *keyedRemote {
@@ -54,6 +57,9 @@ func (r *keyedRemote) Allocate(_ context.Context, in *allocation.AllocationReque
 	//nolint:staticcheck // SA1019: the forwarder writes both forms; they must agree.
 	if k2 := in.GetMetaPatch().GetAnnotations()[allocationKeyAnnotation]; k2 != key {
 		return nil, status.Errorf(codes.InvalidArgument, "metadata key %q, metaPatch key %q", key, k2)
+	}
+	if r.full.Load() {
+		return nil, status.Error(codes.ResourceExhausted, "no game server")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -625,5 +631,127 @@ func TestKeyedOrderFollowsTheKey(t *testing.T) {
 	}
 	if len(clusters) != 2 {
 		t.Errorf("requests without a key, sixteen seeds, went only to %v", clusters)
+	}
+}
+
+// A keyed request whose answer was lost at one cluster, which the other
+// cluster could not serve, is answered Unavailable (a caller retries
+// that), not the other's "no game server" (a caller gives up, and the
+// server held for the key would stay Allocated for nobody). The retry
+// with the key gets the allocation held for it; the other cluster, able
+// to allocate by then, allocates nothing.
+func TestHeldKeyAnswersRetry(t *testing.T) {
+	pki := newTestPKI(t)
+	a, b := newKeyedRemote("a"), newKeyedRemote("b")
+	link := newLossyLink(t, serveKeyed(t, pki, a))
+	// (a's breaker stays closed: the retry is to reach a, as it would once
+	// a was reachable again.)
+	f, _ := keyedForwarder(t, Options{Retries: -1, Breaker: BreakerOptions{Failures: 100}}, pki.secret(t, "entry"), link.addr(), serveKeyed(t, pki, b))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A first request opens the connection to a (and allocates there).
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	b.full.Store(true)
+	link.lose.Store(true) // every answer from a lost, and every new connection cut
+	keyed := map[string]string{allocationKeyAnnotation: "match-1"}
+	_, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
+	if link.cuts.Load() == 0 || a.allocated.Load() != 2 {
+		t.Fatalf("a lost %d answers and holds %d servers: the test tested nothing", link.cuts.Load(), a.allocated.Load())
+	}
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "send it again with the same key") {
+		t.Fatalf("a held key, the other cluster full: %v; want Unavailable saying to send it again with the key", err)
+	}
+
+	held := a.serverOf(a.seen()[1])
+	link.lose.Store(false)
+	b.full.Store(false)
+	// The caller retries once a answers again (grpc-go dials it anew
+	// after a backoff of its own): requests without a key until one is.
+	for {
+		resp, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(resp.GetGameServerName(), "a-") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	atA, atB := a.allocated.Load(), b.allocated.Load()
+	resp, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetGameServerName() != held || a.allocated.Load() != atA || b.allocated.Load() != atB {
+		t.Errorf("the retry got %q (a holds %q for the key); servers allocated by it: %d at a, %d at b; want the held one, 0 and 0",
+			resp.GetGameServerName(), held, a.allocated.Load()-atA, b.allocated.Load()-atB)
+	}
+}
+
+// A keyed request whose answer was lost at a, which b could not serve,
+// is sent again while a cannot be reached: b serves it, and the
+// allocation a holds for the key from the first try is released there
+// once a is reachable again. (Without that, the caller holds b's server
+// and a's stays Allocated for nobody.)
+func TestUnreachedReleasedOnceServed(t *testing.T) {
+	pki := newTestPKI(t)
+	a, b := newKeyedRemote("a"), newKeyedRemote("b")
+	link := newLossyLink(t, serveKeyed(t, pki, a))
+	f, reg := keyedForwarder(t, Options{Retries: -1, ReconcileBackoff: 20 * time.Millisecond}, pki.secret(t, "entry"), link.addr(), serveKeyed(t, pki, b))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.full.Store(true)
+	link.lose.Store(true) // a's answers lost, then a unreachable
+	keyed := map[string]string{allocationKeyAnnotation: "match-1"}
+	if _, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil); status.Code(err) != codes.Unavailable {
+		t.Fatalf("first try: %v, want Unavailable", err)
+	}
+	key := a.seen()[1]
+	if !a.holds(key) {
+		t.Fatal("a holds nothing for the key: the test tested nothing")
+	}
+
+	b.full.Store(false)
+	resp, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
+	if err != nil || !strings.HasPrefix(resp.GetGameServerName(), "b-") {
+		t.Fatalf("the retry, a unreachable: %v, %v; want b's server", resp.GetGameServerName(), err)
+	}
+	link.lose.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for a.holds(key) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a.holds(key) {
+		t.Fatalf("a still holds %s for the key b served; reconciliations released %v", a.serverOf(key), counterOf(t, reg, "qm_forward_reconciliations_total", "released"))
+	}
+	if got := a.allocated.Load(); got != 1 {
+		t.Errorf("a holds %d servers, want 1 (the first request's)", got)
+	}
+}
+
+// Releases of allocations that only may exist take half the queue at
+// most; releases of answers known lost still find room.
+func TestMaybeReleasesLeaveRoom(t *testing.T) {
+	pki := newTestPKI(t)
+	f, _ := keyedForwarder(t, Options{ReconcileQueue: 4, ReconcileBackoff: time.Hour}, pki.secret(t, "entry"), "127.0.0.1:1")
+	at := func(key string) []heldAt {
+		return []heldAt{{cluster: "127.0.0.1:1", endpoint: "127.0.0.1:1", namespace: "default", target: "default", identity: "caller", key: key}}
+	}
+	for i := range 4 {
+		f.rec.add(at(fmt.Sprintf("maybe-%d", i)), true)
+	}
+	if n := f.rec.pendingCount(); n != 2 {
+		t.Errorf("four maybe releases in a queue of four: %d queued, want 2", n)
+	}
+	f.rec.add(at("lost-1"), false)
+	f.rec.add(at("lost-2"), false)
+	if n := f.rec.pendingCount(); n != 4 || !f.rec.holds("127.0.0.1:1", "lost-2") {
+		t.Errorf("two releases of lost answers after them: %d queued (lost-2 held %v), want 4", n, f.rec.holds("127.0.0.1:1", "lost-2"))
 	}
 }
