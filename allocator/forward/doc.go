@@ -78,13 +78,13 @@
 // retries that, where "no game server" would have it give up and leave
 // the server held for nobody. The allocation is kept for the retry, which
 // meets that cluster first through any replica of this allocator: a keyed
-// request's clusters are ordered by its key, not drawn anew. If the retry
-// is served elsewhere all the same (that cluster is down, or its breaker
-// open), the release of its key is queued at every cluster it could not
-// reach; most of these find nothing there, so they take at most half the
-// queue. Left open: a cluster ahead in the order that had no server for
-// the first try and has one for the retry serves it while the first
-// allocation stays held.
+// request's clusters are ordered by its key, not drawn anew. Left open:
+// the retry is served elsewhere, and the first allocation stays held, if
+// that cluster cannot be reached then, or a cluster ahead of it in the
+// order had no server for the first try and has one for the retry.
+// (Releasing the key at clusters the retry could not reach is no cure: a
+// later try of the same key may be served there, and the release would
+// take that server from its caller.)
 //
 // qm_forward_answers_lost_total and qm_forward_reconciliations_total
 // (queued, attempted, released, nothing_there, given_up) count what

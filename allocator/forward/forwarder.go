@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -394,11 +393,6 @@ type forwarding struct {
 	callerKey string // the caller's own key, if any
 	key       string // the forwarded key; made when first needed
 	held      []heldAt
-	// unreached are the remote clusters of a request with the caller's
-	// key that neither answered nor were sent it (down, or their breaker
-	// open): an earlier try of the key, whose answer was lost, may hold an
-	// allocation there.
-	unreached []heldAt
 }
 
 // forwardedKey is the key fw's request is forwarded with: the caller's,
@@ -486,7 +480,7 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
 		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
 		if resp != nil {
-			if fw.held != nil || fw.unreached != nil {
+			if fw.held != nil {
 				f.settle(&fw, where(p))
 			}
 			return resp, nil
@@ -526,12 +520,7 @@ func heldForRetry(err error, held []heldAt) error {
 }
 
 // settle queues the release of fw's allocations that may be held in
-// clusters other than served's: those whose answers were lost, and, once
-// a keyed request is served, those of earlier tries of its key in the
-// clusters this one could not reach. (The caller retried because an
-// answer was lost; its key's order led the earlier try the same way, so
-// a cluster unreached now may be where that answer was lost. Most such
-// releases find nothing there; they take only the queue's spare room.)
+// clusters other than served's.
 func (f *Forwarder) settle(fw *forwarding, served string) {
 	var give []heldAt
 	for _, h := range fw.held {
@@ -540,19 +529,7 @@ func (f *Forwarder) settle(fw *forwarding, served string) {
 		}
 	}
 	if len(give) > 0 {
-		f.rec.add(give, false)
-	}
-	if served == "" || fw.unreached == nil {
-		return
-	}
-	give = give[:0]
-	for _, h := range fw.unreached {
-		if h.cluster != served && !slices.ContainsFunc(fw.held, func(o heldAt) bool { return o.cluster == h.cluster }) {
-			give = append(give, h)
-		}
-	}
-	if len(give) > 0 {
-		f.rec.add(give, true)
+		f.rec.add(give)
 	}
 }
 
@@ -643,9 +620,6 @@ func (f *Forwarder) tryRemote(ctx context.Context, p core.Policy, in *allocation
 			t.out = outBreakerOpen
 		}
 		if !reached || round >= f.retries {
-			if fw.callerKey != "" {
-				fw.unreached = append(fw.unreached, rc.releaseAt(t.where, rc.endpoints[0], fw.identity))
-			}
 			return nil, t
 		}
 		wait := f.backoff << round
@@ -680,8 +654,8 @@ type remoteCall struct {
 	octx context.Context
 }
 
-// releaseAt is where rc's allocation for identity would be released, by
-// its key, at endpoint ep of cluster (a where).
+// releaseAt is where rc's allocation for identity is released, by its
+// key, at endpoint ep of cluster (a where).
 func (rc *remoteCall) releaseAt(cluster, ep, identity string) heldAt {
 	return heldAt{cluster: cluster, endpoint: ep, namespace: rc.ns, secretName: rc.policy.Connection.SecretName,
 		serverCA: rc.policy.Connection.ServerCA, target: rc.target, identity: identity, key: rc.key}

@@ -121,11 +121,8 @@ func (r *reconciler) holds(cluster, key string) bool {
 func (r *reconciler) pendingCount() int { return int(r.n.Load()) }
 
 // add queues releases; the worker starts with the first. A forwarder
-// closed (or closing) queues nothing. Releases of allocations that only
-// may exist (maybe) take the first half of the queue at most, so that
-// they never crowd out those of answers known lost, and are left out
-// without a word when it is fuller.
-func (r *reconciler) add(hs []heldAt, maybe bool) {
+// closed (or closing) queues nothing.
+func (r *reconciler) add(hs []heldAt) {
 	now := time.Now()
 	r.mu.Lock()
 	if r.ctx.Err() != nil {
@@ -134,9 +131,6 @@ func (r *reconciler) add(hs []heldAt, maybe bool) {
 		return
 	}
 	for _, h := range hs {
-		if maybe && len(r.pending) >= r.max/2 {
-			continue
-		}
 		if len(r.pending) >= r.max {
 			r.f.m.reconciles.WithLabelValues(reconcileGivenUp).Inc()
 			r.f.log.Warn("forwarding: the reconciliation queue is full; an allocation whose answer was lost stays allocated",
