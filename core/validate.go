@@ -81,16 +81,37 @@ func Normalize(r *Request) (*Request, error) {
 	} else if reason := checkDNSLabel(n.Namespace); reason != "" {
 		v.add("namespace", reason)
 	}
-
 	// Bounds first: a request far over them is refused before any of its
 	// parts costs anything to check.
+	checkBounds(v, r)
+	if len(v.errs) > 0 {
+		return nil, v.err()
+	}
+	normalizeSelectors(v, r, one)
+	if n.Scheduling != Packed && n.Scheduling != Distributed {
+		v.add("scheduling", "unknown strategy "+strconv.Itoa(int(n.Scheduling))+" (want Packed or Distributed)")
+	}
+	validateMetadata(v, n.Metadata)
+	validatePriorities(v, n.Priorities)
+	validateCounterActions(v, n.Counters)
+	validateListActions(v, n.Lists)
+	validateLabels(v, func() string { return "multiClusterSetting.policySelector.matchLabels" }, n.MultiCluster.PolicySelector)
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// checkBounds reports the parts of r over their limits. Too many selectors
+// stops it at once: nothing else is worth reporting beside that.
+func checkBounds(v *validator, r *Request) {
 	if len(r.Selectors) > MaxSelectors {
 		v.add("gameServerSelectors", tooMany("selectors", MaxSelectors, len(r.Selectors)))
-		return nil, v.err()
+		return
 	}
 	if len(r.Selectors) == 0 && len(r.Preferred)+1 > MaxSelectors {
 		v.add("preferredGameServerSelectors", tooMany("selectors with the required one", MaxSelectors, len(r.Preferred)+1))
-		return nil, v.err()
+		return
 	}
 	if len(r.Priorities) > MaxPriorities {
 		v.add("priorities", tooMany("priorities", MaxPriorities, len(r.Priorities)))
@@ -110,10 +131,14 @@ func Normalize(r *Request) (*Request, error) {
 	if len(r.MultiCluster.PolicySelector) > MaxSelectorTerms {
 		v.add("multiClusterSetting.policySelector.matchLabels", tooMany("labels", MaxSelectorTerms, len(r.MultiCluster.PolicySelector)))
 	}
-	if len(v.errs) > 0 {
-		return nil, v.err()
-	}
+}
 
+// normalizeSelectors validates r's selectors into one.req.Selectors: the
+// ordered list as given, or else the deprecated preferred ones followed by
+// the required one. The first selector and its compiled form use one's
+// room for them; the deprecated fields are cleared.
+func normalizeSelectors(v *validator, r *Request, one *normalized) {
+	n := &one.req
 	// into is where the first selector's compiled form goes (the others
 	// get their own).
 	into := &one.compiled
@@ -142,24 +167,27 @@ func Normalize(r *Request) (*Request, error) {
 		n.Selectors = append(n.Selectors, validateSelector(v, func() string { return "requiredGameServerSelector" }, req, into))
 	}
 	n.Required, n.Preferred = nil, nil
+}
 
-	if n.Scheduling != Packed && n.Scheduling != Distributed {
-		v.add("scheduling", "unknown strategy "+strconv.Itoa(int(n.Scheduling))+" (want Packed or Distributed)")
-	}
-	validateLabels(v, func() string { return "metadata.labels" }, n.Metadata.Labels)
-	for k := range n.Metadata.Labels {
+// validateMetadata checks the labels and annotations an allocation sets.
+func validateMetadata(v *validator, m MetaPatch) {
+	validateLabels(v, func() string { return "metadata.labels" }, m.Labels)
+	for k := range m.Labels {
 		// agones.dev/ labels belong to the system: rewriting the fleet
 		// label, say, would hide a server from its own fleet's count.
 		if strings.HasPrefix(k, SystemLabelPrefix) {
 			v.add("metadata.labels["+strconv.Quote(k)+"]", "labels under "+SystemLabelPrefix+" are managed by the system and cannot be set by an allocation")
 		}
 	}
-	for k := range n.Metadata.Annotations {
+	for k := range m.Annotations {
 		if reason := checkQualifiedName(k); reason != "" {
 			v.add("metadata.annotations["+strconv.Quote(k)+"]", "key "+reason)
 		}
 	}
-	for i, p := range n.Priorities {
+}
+
+func validatePriorities(v *validator, ps []Priority) {
+	for i, p := range ps {
 		f := "priorities[" + strconv.Itoa(i) + "]"
 		if p.Type != PriorityCounter && p.Type != PriorityList {
 			v.add(f+".type", "unknown type "+strconv.Itoa(int(p.Type))+" (want Counter or List)")
@@ -171,7 +199,10 @@ func Normalize(r *Request) (*Request, error) {
 			v.add(f+".order", "unknown order "+strconv.Itoa(int(p.Order))+" (want Ascending or Descending)")
 		}
 	}
-	for k, a := range n.Counters {
+}
+
+func validateCounterActions(v *validator, actions map[string]CounterAction) {
+	for k, a := range actions {
 		f := "counters[" + strconv.Quote(k) + "]"
 		if k == "" {
 			v.add(f, "counter name must not be empty")
@@ -192,7 +223,10 @@ func Normalize(r *Request) (*Request, error) {
 			v.add(f+".capacity", "must not be negative, got "+strconv.FormatInt(*a.Capacity, 10))
 		}
 	}
-	for k, a := range n.Lists {
+}
+
+func validateListActions(v *validator, actions map[string]ListAction) {
+	for k, a := range actions {
 		f := "lists[" + strconv.Quote(k) + "]"
 		if k == "" {
 			v.add(f, "list name must not be empty")
@@ -210,11 +244,6 @@ func Normalize(r *Request) (*Request, error) {
 			v.add(f+".deleteValues", "at most "+strconv.Itoa(MaxListCapacity)+" values, got "+strconv.Itoa(len(a.DeleteValues)))
 		}
 	}
-	validateLabels(v, func() string { return "multiClusterSetting.policySelector.matchLabels" }, n.MultiCluster.PolicySelector)
-	if err := v.err(); err != nil {
-		return nil, err
-	}
-	return n, nil
 }
 
 // validateSelector checks s and returns it with defaults and its compiled
