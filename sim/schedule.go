@@ -60,6 +60,30 @@ func NewSchedule(spec RateSpec, horizon time.Duration) (*Schedule, error) {
 	if horizon <= 0 {
 		return nil, errors.New("schedule horizon must be positive")
 	}
+	H := horizon.Seconds()
+	base, breaks, err := baseRate(spec, H)
+	if err != nil {
+		return nil, err
+	}
+	breaks = append(breaks, 0, H)
+	for i, s := range spec.Spikes {
+		if s.Duration <= 0 || s.Start < 0 {
+			return nil, fmt.Errorf("spikes[%d] needs start >= 0 and duration > 0", i)
+		}
+		if s.Factor < 0 || s.Add < 0 || math.IsNaN(s.Factor+s.Add) || math.IsInf(s.Factor+s.Add, 0) {
+			return nil, fmt.Errorf("spikes[%d] factor and add must be finite and >= 0", i)
+		}
+		breaks = append(breaks, s.Start.Seconds(), (s.Start + s.Duration).Seconds())
+	}
+	s := &Schedule{t: knots(breaks, H)}
+	s.integrate(spikedRate(base, spec.Spikes), spec)
+	return s, nil
+}
+
+// baseRate checks that spec sets exactly one base rate and returns it with
+// the times inside [0, horizon] where it bends (beyond the ends, which the
+// caller adds).
+func baseRate(spec RateSpec, horizon float64) (rate func(t float64) float64, breaks []float64, err error) {
 	n := 0
 	if spec.Constant != nil {
 		n++
@@ -71,73 +95,80 @@ func NewSchedule(spec RateSpec, horizon time.Duration) (*Schedule, error) {
 		n++
 	}
 	if n != 1 {
-		return nil, errors.New("exactly one of constant, steps or diurnal must be set")
+		return nil, nil, errors.New("exactly one of constant, steps or diurnal must be set")
 	}
-	H := horizon.Seconds()
-	breaks := []float64{0, H}
-	var base func(t float64) float64
 	switch {
 	case spec.Constant != nil:
 		c := *spec.Constant
 		if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-			return nil, fmt.Errorf("constant rate %v must be a finite number >= 0", c)
+			return nil, nil, fmt.Errorf("constant rate %v must be a finite number >= 0", c)
 		}
-		base = func(float64) float64 { return c }
+		return func(float64) float64 { return c }, nil, nil
 	case len(spec.Steps) > 0:
-		steps := append([]Step(nil), spec.Steps...)
-		for i, s := range steps {
-			if s.Rate < 0 || math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) {
-				return nil, fmt.Errorf("steps[%d].rate %v must be a finite number >= 0", i, s.Rate)
-			}
-			if s.At < 0 {
-				return nil, fmt.Errorf("steps[%d].at must not be negative", i)
-			}
-			if i > 0 && s.At <= steps[i-1].At {
-				return nil, fmt.Errorf("steps[%d].at must be after steps[%d].at", i, i-1)
-			}
-			breaks = append(breaks, s.At.Seconds())
-		}
-		base = func(t float64) float64 {
-			r := 0.0
-			for _, s := range steps {
-				if s.At.Seconds() <= t {
-					r = s.Rate
-				}
-			}
-			return r
-		}
+		return stepsRate(spec.Steps)
 	default:
-		d := *spec.Diurnal
-		if d.Period <= 0 {
-			return nil, errors.New("diurnal.period must be positive")
-		}
-		if d.Mean < 0 || d.Amplitude < 0 || d.Amplitude > d.Mean {
-			return nil, errors.New("diurnal needs mean >= amplitude >= 0 (the rate must not go negative)")
-		}
-		P, peak := d.Period.Seconds(), d.Peak.Seconds()
-		base = func(t float64) float64 {
-			return d.Mean + d.Amplitude*math.Cos(2*math.Pi*(t-peak)/P)
-		}
-		step := math.Min(60, P/256)
-		if H/step > 1e6 {
-			return nil, errors.New("diurnal period too short for the run's duration")
-		}
-		for x := step; x < H; x += step {
-			breaks = append(breaks, x)
-		}
+		return diurnalRate(*spec.Diurnal, horizon)
 	}
-	for i, s := range spec.Spikes {
-		if s.Duration <= 0 || s.Start < 0 {
-			return nil, fmt.Errorf("spikes[%d] needs start >= 0 and duration > 0", i)
+}
+
+// stepsRate is the rate of a list of steps, breaking at each step.
+func stepsRate(given []Step) (func(t float64) float64, []float64, error) {
+	steps := append([]Step(nil), given...)
+	var breaks []float64
+	for i, s := range steps {
+		if s.Rate < 0 || math.IsNaN(s.Rate) || math.IsInf(s.Rate, 0) {
+			return nil, nil, fmt.Errorf("steps[%d].rate %v must be a finite number >= 0", i, s.Rate)
 		}
-		if s.Factor < 0 || s.Add < 0 || math.IsNaN(s.Factor+s.Add) || math.IsInf(s.Factor+s.Add, 0) {
-			return nil, fmt.Errorf("spikes[%d] factor and add must be finite and >= 0", i)
+		if s.At < 0 {
+			return nil, nil, fmt.Errorf("steps[%d].at must not be negative", i)
 		}
-		breaks = append(breaks, s.Start.Seconds(), (s.Start + s.Duration).Seconds())
+		if i > 0 && s.At <= steps[i-1].At {
+			return nil, nil, fmt.Errorf("steps[%d].at must be after steps[%d].at", i, i-1)
+		}
+		breaks = append(breaks, s.At.Seconds())
 	}
 	rate := func(t float64) float64 {
+		r := 0.0
+		for _, s := range steps {
+			if s.At.Seconds() <= t {
+				r = s.Rate
+			}
+		}
+		return r
+	}
+	return rate, breaks, nil
+}
+
+// diurnalRate is the sinusoid d, with knots at most a minute apart (a
+// 256th of the period when that is shorter) up to horizon.
+func diurnalRate(d Diurnal, horizon float64) (func(t float64) float64, []float64, error) {
+	if d.Period <= 0 {
+		return nil, nil, errors.New("diurnal.period must be positive")
+	}
+	if d.Mean < 0 || d.Amplitude < 0 || d.Amplitude > d.Mean {
+		return nil, nil, errors.New("diurnal needs mean >= amplitude >= 0 (the rate must not go negative)")
+	}
+	P, peak := d.Period.Seconds(), d.Peak.Seconds()
+	rate := func(t float64) float64 {
+		return d.Mean + d.Amplitude*math.Cos(2*math.Pi*(t-peak)/P)
+	}
+	step := math.Min(60, P/256)
+	if horizon/step > 1e6 {
+		return nil, nil, errors.New("diurnal period too short for the run's duration")
+	}
+	var breaks []float64
+	for x := step; x < horizon; x += step {
+		breaks = append(breaks, x)
+	}
+	return rate, breaks, nil
+}
+
+// spikedRate is base with spikes applied, each multiplying and then adding
+// over its interval.
+func spikedRate(base func(t float64) float64, spikes []Spike) func(t float64) float64 {
+	return func(t float64) float64 {
 		r := base(t)
-		for _, s := range spec.Spikes {
+		for _, s := range spikes {
 			if t >= s.Start.Seconds() && t < (s.Start+s.Duration).Seconds() {
 				f := s.Factor
 				if f == 0 {
@@ -148,17 +179,27 @@ func NewSchedule(spec RateSpec, horizon time.Duration) (*Schedule, error) {
 		}
 		return r
 	}
+}
+
+// knots sorts breaks and keeps each distinct one up to horizon.
+func knots(breaks []float64, horizon float64) []float64 {
 	sort.Float64s(breaks)
-	s := &Schedule{}
+	var t []float64
 	for _, b := range breaks {
-		if b > H {
+		if b > horizon {
 			break
 		}
-		if len(s.t) > 0 && b == s.t[len(s.t)-1] {
+		if len(t) > 0 && b == t[len(t)-1] {
 			continue
 		}
-		s.t = append(s.t, b)
+		t = append(t, b)
 	}
+	return t
+}
+
+// integrate fills each segment's end rates and the expected counts from
+// rate, evaluated at s's knots.
+func (s *Schedule) integrate(rate func(t float64) float64, spec RateSpec) {
 	s.cum = make([]float64, len(s.t))
 	for i := 0; i+1 < len(s.t); i++ {
 		a, b := s.t[i], s.t[i+1]
@@ -167,6 +208,8 @@ func NewSchedule(spec RateSpec, horizon time.Duration) (*Schedule, error) {
 		eps := math.Min(1e-9, (b-a)/4)
 		r0, r1 := rate(a), rate(b-eps)
 		if spec.Diurnal != nil {
+			// A smooth curve is taken at the knot itself, except where a
+			// spike starts or ends there.
 			r1 = rate(b)
 			for _, sp := range spec.Spikes {
 				if b == sp.Start.Seconds() || b == (sp.Start+sp.Duration).Seconds() {
@@ -178,7 +221,6 @@ func NewSchedule(spec RateSpec, horizon time.Duration) (*Schedule, error) {
 		s.r1 = append(s.r1, r1)
 		s.cum[i+1] = s.cum[i] + (r0+r1)/2*(b-a)
 	}
-	return s, nil
 }
 
 // Horizon is the end of the schedule.
