@@ -8,11 +8,13 @@ import (
 	"time"
 )
 
-// WriteTable writes the result as Markdown tables: the promises with
-// their violations and examples, then the cost of each kind of fault.
+// WriteTable writes the result as Markdown tables: the run's counts, the
+// promises with their violations and examples, then the cost of each
+// kind of fault. The timeline (second by second) is qm report's to draw.
 // It has the reporters' shape, func(io.Writer) error.
 func (r *Result) WriteTable(w io.Writer) error {
 	var b strings.Builder
+	fmt.Fprintf(&b, "Run: %s from %s, %d faults\n\n", r.End.Sub(r.Start).Round(time.Second), r.Start.UTC().Format(time.RFC3339), len(r.FaultSpans))
 	fmt.Fprintf(&b, "Requests: %d, answered OK: %d (released %d, held at the end %d); violations: %d\n\n",
 		r.Requests, r.OK, r.Released, r.Live, r.Violations())
 	if r.Retries > 0 || r.Resolves > 0 {
