@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"gonum.org/v1/plot"
+
+	"github.com/quartermaster-dev/quartermaster/sim"
 )
 
 // section is a part of the page: a heading, plots with their tables, and
@@ -178,7 +180,8 @@ func (r *Report) figuresSection() section {
 		Tables: []namedTable{{Title: "figures", table: t}}}
 }
 
-// simSection plots one scenario report's time series.
+// simSection plots one scenario report's time series and its latency
+// distribution.
 func simSection(i int, in *SimInput) (section, error) {
 	res := in.Report.Results
 	mode := "simulated"
@@ -190,55 +193,95 @@ func simSection(i int, in *SimInput) (section, error) {
 	if d := strings.TrimSpace(in.Report.Description); d != "" {
 		s.Intro = strings.ToUpper(d[:1]) + d[1:] + ". " + s.Intro
 	}
-	ser := res.Series
-	names := make([]string, 0, len(ser.Clusters))
-	for n := range ser.Clusters {
-		names = append(names, n)
+	charts, err := newSimSeries(res).charts(s.ID)
+	s.Charts = append(s.Charts, charts...)
+	if err != nil {
+		return s, err
 	}
-	sort.Strings(names)
-	minutes := make([]float64, len(ser.T))
-	for k, t := range ser.T {
-		minutes[k] = t / 60
+	c, ok, err := latencyChart(s.ID, &res.Totals)
+	if err != nil {
+		return s, err
 	}
-	perCluster := func(f func(c string, k int) float64) []series {
-		var out []series
-		for _, n := range names {
-			y := make([]float64, len(ser.T))
-			for k := range y {
-				y[k] = f(n, k)
-			}
-			out = append(out, series{name: n, x: minutes, y: y})
+	if ok {
+		s.Charts = append(s.Charts, c)
+	}
+	return s, nil
+}
+
+// simSeries is a scenario report's time series as the page plots them:
+// the clusters in name order, the sample times in virtual minutes.
+type simSeries struct {
+	res     *sim.Results
+	ser     sim.Series
+	names   []string
+	minutes []float64
+}
+
+func newSimSeries(res *sim.Results) *simSeries {
+	v := &simSeries{res: res, ser: res.Series}
+	for n := range v.ser.Clusters {
+		v.names = append(v.names, n)
+	}
+	sort.Strings(v.names)
+	v.minutes = make([]float64, len(v.ser.T))
+	for k, t := range v.ser.T {
+		v.minutes[k] = t / 60
+	}
+	return v
+}
+
+// perCluster is one series per cluster of f's value at each sample.
+func (v *simSeries) perCluster(f func(c string, k int) float64) []series {
+	var out []series
+	for _, n := range v.names {
+		y := make([]float64, len(v.ser.T))
+		for k := range y {
+			y[k] = f(n, k)
 		}
-		return out
+		out = append(out, series{name: n, x: v.minutes, y: y})
 	}
-	totalAt := func(k int) float64 {
-		var t float64
-		for _, n := range names {
-			t += float64(ser.Clusters[n].Allocations[k])
-		}
-		return t
+	return out
+}
+
+// totalAt is every cluster's allocations in sample k's interval.
+func (v *simSeries) totalAt(k int) float64 {
+	var t float64
+	for _, n := range v.names {
+		t += float64(v.ser.Clusters[n].Allocations[k])
 	}
-	// Throughput: allocations per second in each interval.
-	thr := perCluster(func(c string, k int) float64 {
-		return float64(ser.Clusters[c].Allocations[k]) / ser.IntervalSeconds
+	return t
+}
+
+// share is cluster c's share of sample k's allocations (NaN when there
+// were none).
+func (v *simSeries) share(c string, k int) float64 {
+	t := v.totalAt(k)
+	if t == 0 {
+		return math.NaN()
+	}
+	return float64(v.ser.Clusters[c].Allocations[k]) / t
+}
+
+// throughput is allocations per second in each interval, per cluster and
+// in total.
+func (v *simSeries) throughput() []series {
+	thr := v.perCluster(func(c string, k int) float64 {
+		return float64(v.ser.Clusters[c].Allocations[k]) / v.ser.IntervalSeconds
 	})
-	tot := make([]float64, len(ser.T))
+	tot := make([]float64, len(v.ser.T))
 	for k := range tot {
-		tot[k] = totalAt(k) / ser.IntervalSeconds
+		tot[k] = v.totalAt(k) / v.ser.IntervalSeconds
 	}
-	thr = append(thr, series{name: "total", x: minutes, y: tot})
-	share := func(c string, k int) float64 {
-		t := totalAt(k)
-		if t == 0 {
-			return math.NaN()
-		}
-		return float64(ser.Clusters[c].Allocations[k]) / t
-	}
-	shares := perCluster(share)
+	return append(thr, series{name: "total", x: v.minutes, y: tot})
+}
+
+// providerShares is each provider's share of the allocations over time
+// (clusters without one under "(none)"), providers in name order.
+func (v *simSeries) providerShares() []series {
 	provOf := map[string]string{}
 	var provs []string
-	for _, n := range names {
-		p := res.Clusters[n].Provider
+	for _, n := range v.names {
+		p := v.res.Clusters[n].Provider
 		if p == "" {
 			p = "(none)"
 		}
@@ -252,94 +295,114 @@ func simSection(i int, in *SimInput) (section, error) {
 	sort.Strings(provs)
 	var pshares []series
 	for _, p := range provs {
-		y := make([]float64, len(ser.T))
+		y := make([]float64, len(v.ser.T))
 		for k := range y {
 			y[k] = 0
-			for _, n := range names {
+			for _, n := range v.names {
 				if provOf[n] == p {
-					y[k] += share(n, k)
+					y[k] += v.share(n, k)
 				}
 			}
 		}
-		pshares = append(pshares, series{name: p, x: minutes, y: y})
+		pshares = append(pshares, series{name: p, x: v.minutes, y: y})
 	}
-	packing := perCluster(func(c string, k int) float64 {
-		if ser.Clusters[c].NodesWithAllocated != nil && k < len(ser.Clusters[c].NodesWithAllocated) && ser.Clusters[c].NodesWithAllocated[k] == 0 {
+	return pshares
+}
+
+// packing is each cluster's packing efficiency over time, left out
+// (NaN) where it had nothing allocated.
+func (v *simSeries) packing() []series {
+	return v.perCluster(func(c string, k int) float64 {
+		cs := v.ser.Clusters[c]
+		if cs.NodesWithAllocated != nil && k < len(cs.NodesWithAllocated) && cs.NodesWithAllocated[k] == 0 {
 			return math.NaN() // nothing allocated: nothing to pack
 		}
-		return ser.Clusters[c].PackingEfficiency[k]
+		return cs.PackingEfficiency[k]
 	})
+}
+
+// charts draws the time series: throughput, cluster and provider shares,
+// packing efficiency, each with its table. The charts drawn before an
+// error are returned with it.
+func (v *simSeries) charts(id string) ([]chart, error) {
+	var out []chart
 	for _, spec := range []struct {
 		id, title, ylabel, unit string
 		ss                      []series
 		fix                     func(*plot.Plot)
 	}{
-		{"throughput", "Throughput over time", "allocations/s", "allocations/s", thr, nil},
-		{"cluster-shares", "Cluster shares over time", "share of allocations", "share", shares, unitRange},
-		{"provider-shares", "Provider shares over time", "share of allocations", "share", pshares, unitRange},
-		{"packing", "Packing efficiency over time", "packing efficiency (1 = perfectly packed)", "efficiency", packing, unitRange},
+		{"throughput", "Throughput over time", "allocations/s", "allocations/s", v.throughput(), nil},
+		{"cluster-shares", "Cluster shares over time", "share of allocations", "share", v.perCluster(v.share), unitRange},
+		{"provider-shares", "Provider shares over time", "share of allocations", "share", v.providerShares(), unitRange},
+		{"packing", "Packing efficiency over time", "packing efficiency (1 = perfectly packed)", "efficiency", v.packing(), unitRange},
 	} {
 		p, err := lineChart(spec.title, "virtual time (min)", spec.ylabel, spec.ss)
 		if err != nil {
-			return s, err
+			return out, err
 		}
 		if spec.fix != nil {
 			spec.fix(p)
 		}
 		svg, err := svgOf(p)
 		if err != nil {
-			return s, err
+			return out, err
 		}
-		s.Charts = append(s.Charts, chart{ID: s.ID + "-" + spec.id, Title: spec.title, SVG: svg, Table: seriesTable("time (min)", spec.unit, spec.ss)})
+		out = append(out, chart{ID: id + "-" + spec.id, Title: spec.title, SVG: svg, Table: seriesTable("time (min)", spec.unit, spec.ss)})
 	}
-	// Latency distribution from the coarse buckets the result keeps.
-	b := res.Totals.LatencyBuckets
+	return out, nil
+}
+
+// latencyChart draws the latency distribution from the coarse buckets the
+// result keeps, with the exact percentiles on top; ok is false when there
+// are no buckets to draw.
+func latencyChart(id string, tot *sim.Totals) (c chart, ok bool, err error) {
+	b := tot.LatencyBuckets
 	// The simulator keeps empty buckets up to its histogram's range; they
 	// would stretch the axis to years.
 	for len(b) > 0 && b[len(b)-1].Count == 0 {
 		b = b[:len(b)-1]
 	}
-	if len(b) > 0 {
-		var n uint64
-		for _, x := range b {
-			n += x.Count
-		}
-		var qs, ms []float64
-		var c uint64
-		for _, x := range b {
-			c += x.Count
-			q := float64(c) / float64(n)
-			if c == n {
-				q = 1 - 1/float64(n) // the last value: put it at the max's rank
-			}
-			qs = append(qs, q)
-			// A bucket's bound can lie past the largest value seen.
-			ms = append(ms, x.UpToMs)
-			if m := res.Totals.Latency.MaxMs; m > 0 && m < x.UpToMs {
-				ms[len(ms)-1] = m
-			}
-		}
-		l := res.Totals.Latency
-		p, err := distributionChart("Latency distribution", []series{{name: "bucket bounds (doubling from 1 ms)", x: qs, y: ms}})
-		if err != nil {
-			return s, err
-		}
-		// The exact percentiles the simulator computed, on top of the
-		// coarse buckets.
-		if err := addPoints(p, "exact percentiles", []float64{0.5, 0.9, 0.99, 0.999}, []float64{l.P50Ms, l.P90Ms, l.P99Ms, l.P999Ms}); err != nil {
-			return s, err
-		}
-		svg, err := svgOf(p)
-		if err != nil {
-			return s, err
-		}
-		t := table{Head: []string{"percentile", "latency (ms)"}, Rows: [][]string{
-			{"50%", num(l.P50Ms)}, {"90%", num(l.P90Ms)}, {"99%", num(l.P99Ms)}, {"99.9%", num(l.P999Ms)}, {"max", num(l.MaxMs)}, {"mean", num(l.MeanMs)},
-		}}
-		s.Charts = append(s.Charts, chart{ID: s.ID + "-latency-distribution", Title: "Latency distribution", SVG: svg, Table: t,
-			Note: "Buckets double from 1 ms, so the curve is a staircase; the table has the exact percentiles."})
+	if len(b) == 0 {
+		return chart{}, false, nil
 	}
-	return s, nil
+	var n uint64
+	for _, x := range b {
+		n += x.Count
+	}
+	var qs, ms []float64
+	var cum uint64
+	for _, x := range b {
+		cum += x.Count
+		q := float64(cum) / float64(n)
+		if cum == n {
+			q = 1 - 1/float64(n) // the last value: put it at the max's rank
+		}
+		qs = append(qs, q)
+		// A bucket's bound can lie past the largest value seen.
+		ms = append(ms, x.UpToMs)
+		if m := tot.Latency.MaxMs; m > 0 && m < x.UpToMs {
+			ms[len(ms)-1] = m
+		}
+	}
+	l := tot.Latency
+	p, err := distributionChart("Latency distribution", []series{{name: "bucket bounds (doubling from 1 ms)", x: qs, y: ms}})
+	if err != nil {
+		return chart{}, false, err
+	}
+	// The exact percentiles the simulator computed, on top of the coarse
+	// buckets.
+	if err := addPoints(p, "exact percentiles", []float64{0.5, 0.9, 0.99, 0.999}, []float64{l.P50Ms, l.P90Ms, l.P99Ms, l.P999Ms}); err != nil {
+		return chart{}, false, err
+	}
+	svg, err := svgOf(p)
+	if err != nil {
+		return chart{}, false, err
+	}
+	t := table{Head: []string{"percentile", "latency (ms)"}, Rows: [][]string{
+		{"50%", num(l.P50Ms)}, {"90%", num(l.P90Ms)}, {"99%", num(l.P99Ms)}, {"99.9%", num(l.P999Ms)}, {"max", num(l.MaxMs)}, {"mean", num(l.MeanMs)},
+	}}
+	return chart{ID: id + "-latency-distribution", Title: "Latency distribution", SVG: svg, Table: t,
+		Note: "Buckets double from 1 ms, so the curve is a staircase; the table has the exact percentiles."}, true, nil
 }
 
 func unitRange(p *plot.Plot) { p.Y.Min, p.Y.Max = 0, 1.05 }
