@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -279,16 +278,6 @@ func (in *injector) apply(ctx context.Context, kind, target string) (func(contex
 		return in.scale(ctx, target)
 	}
 	return nil, fmt.Errorf("unknown fault kind %q", kind)
-}
-
-// replicaTarget reads CLUSTER/N.
-func replicaTarget(target string) (string, int, error) {
-	cl, num, ok := strings.Cut(target, "/")
-	n, err := strconv.Atoi(num)
-	if !ok || err != nil || n < 0 {
-		return "", 0, fmt.Errorf("target %q: want CLUSTER/REPLICA, like east/0", target)
-	}
-	return cl, n, nil
 }
 
 // linksOf reads FROM->TO: every replica's link from FROM (a cluster or

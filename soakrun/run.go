@@ -179,6 +179,10 @@ func (o *Options) defaults() error {
 	if o.Out == "" {
 		return errors.New("an output directory is needed")
 	}
+	// A directory that holds a run's history is another run's evidence.
+	if _, err := os.Stat(filepath.Join(o.Out, HistoryFile)); err == nil {
+		return fmt.Errorf("%s holds a run already (its %s): choose another output directory, or remove that one", o.Out, HistoryFile)
+	}
 	if len(o.Targets) > 0 {
 		if o.Caller == "" {
 			return errors.New("the callers' identity is needed with targets")
@@ -196,9 +200,19 @@ func (o *Options) defaults() error {
 				return fmt.Errorf("kubeconfig for %q, which no target names", cl)
 			}
 		}
+		return checkTargets(o.Schedule, targetsShape(o.Targets))
 	}
-	return nil
+	top := o.Topology
+	if top == nil {
+		top = DefaultTopology()
+	}
+	return checkTargets(o.Schedule, topologyShape(top))
 }
+
+// Validate reports what Run would refuse in the options (a bad value, a
+// schedule target the run does not have, an output directory holding a
+// run), before anything starts.
+func (o Options) Validate() error { return o.defaults() }
 
 func slicesContains(ts []Target, cluster string) bool {
 	for _, t := range ts {
@@ -580,19 +594,31 @@ func progress(opt *Options, start time.Time, c *counters, inj *injector, done <-
 		case <-done:
 			return
 		case now := <-t.C:
-			line := fmt.Sprintf("%s/%s  requests %d  ok %d  released %d",
-				now.Sub(start).Round(time.Second), opt.Duration, c.requests.Load(), c.ok.Load(), c.released.Load())
-			if n := c.retries.Load(); n > 0 {
-				line += fmt.Sprintf("  tries again %d", n)
-			}
-			if n := c.releaseFailed.Load(); n > 0 {
-				line += fmt.Sprintf(" (release failed %d)", n)
-			}
-			if e := c.errorText(); e != "" {
-				line += "  errors " + e
-			}
-			line += "  fault: " + inj.inForce()
-			fmt.Fprintln(opt.Progress, line)
+			fmt.Fprintln(opt.Progress, progressLine(now.Sub(start), opt.Duration, c, inj.inForce()))
 		}
 	}
+}
+
+// progressLine is one progress line at elapsed into a run of duration.
+// Past the duration the load has stopped sending and waits on the
+// releases still being retried and the requests given up being resolved
+// (up to releaseRetryFor), which the line says rather than count past
+// the duration.
+func progressLine(elapsed, duration time.Duration, c *counters, faults string) string {
+	line := fmt.Sprintf("%s/%s", elapsed.Round(time.Second), duration)
+	if elapsed > duration {
+		line = fmt.Sprintf("load over %s ago, waiting for releases and resolves (up to %s)",
+			(elapsed - duration).Round(time.Second), releaseRetryFor)
+	}
+	line += fmt.Sprintf("  requests %d  ok %d  released %d", c.requests.Load(), c.ok.Load(), c.released.Load())
+	if n := c.retries.Load(); n > 0 {
+		line += fmt.Sprintf("  tries again %d", n)
+	}
+	if n := c.releaseFailed.Load(); n > 0 {
+		line += fmt.Sprintf(" (release failed %d)", n)
+	}
+	if e := c.errorText(); e != "" {
+		line += "  errors " + e
+	}
+	return line + "  fault: " + faults
 }

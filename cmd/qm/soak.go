@@ -46,7 +46,7 @@ func newSoakCheckFlags() (*flag.FlagSet, *soakCheckOptions) {
 	fs := flag.NewFlagSet("qm soak check", flag.ContinueOnError)
 	o := &soakCheckOptions{}
 	fs.IntVar(&o.cfg.Examples, "examples", soak.DefaultExamples, "examples kept per promise")
-	fs.DurationVar(&o.cfg.Window, "window", soak.DefaultWindow, "the span after a fault whose failures count as after it, and the step of recovery")
+	durationFlag(fs, &o.cfg.Window, "window", soak.DefaultWindow, "the span after a fault whose failures count as after it, and the step of recovery, a `duration`")
 	fs.BoolVar(&o.cfg.Strict, "strict", false, "count an Allocated server whose release failed, or that a lost answer may explain, as dangling (always so for a history whose requests carried keys)")
 	fs.StringVar(&o.json, "json", "", "also write the result as JSON to this file (for qm report)")
 	return fs, o
@@ -74,11 +74,11 @@ func soakCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	h, err := readSoakFile(files[0], soak.ReadHistory)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, soakFileHint(files[0], "history"))
 	}
 	s, err := readSoakFile(files[1], soak.ReadSnapshot)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w%s", err, soakFileHint(files[1], "snapshot"))
 	}
 	res := soak.Check(h, s, o.cfg)
 	if err := res.WriteTable(stdout); err != nil {

@@ -18,7 +18,8 @@ import (
 )
 
 const soakRunUsage = `usage: qm soak [--duration 5m] [--schedule FILE] [--seed N] [--out DIR] [flags]
-       qm soak --target CLUSTER=HOST:PORT --kubeconfig CLUSTER=FILE [flags]
+       qm soak --target CLUSTER=HOST:PORT --kubeconfig CLUSTER=FILE --identity NAME
+               (--certs-dir DIR | --cert FILE --key FILE --cacert FILE | --insecure) [flags]
        qm soak check HISTORY SNAPSHOT (qm soak check -h)
 
 A soak brings up a multi-cluster rig (real API servers, fleet agents,
@@ -74,14 +75,14 @@ type soakRunFlags struct {
 func newSoakRunFlags() (*flag.FlagSet, *soakRunFlags) {
 	fs := flag.NewFlagSet("qm soak", flag.ContinueOnError)
 	f := &soakRunFlags{}
-	fs.DurationVar(&f.duration, "duration", 5*time.Minute, "how long the load runs (faults end within it)")
+	durationFlag(fs, &f.duration, "duration", 5*time.Minute, "how long the load runs, a `duration` such as 30m or 8h (faults end within it)")
 	fs.StringVar(&f.schedule, "schedule", "", "fault schedule file (default: the shipped one, soak/default.yaml)")
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the schedule's times and targets, the arrivals and the sessions (default: the schedule's)")
 	fs.StringVar(&f.out, "out", "", "directory for the history, snapshot and result (default: soak-TIME in the current directory)")
 	fs.Float64Var(&f.rate, "rate", soakrun.DefaultRate, "mean requests per second over all clusters (Poisson arrivals)")
-	fs.DurationVar(&f.session, "session", soakrun.DefaultSession, "mean session length (exponential) before each Release")
-	fs.DurationVar(&f.settle, "settle", soakrun.DefaultSettle, "wait after the load before reading the GameServer objects")
-	fs.DurationVar(&f.timeout, "timeout", soakrun.DefaultTimeout, "each request's deadline")
+	durationFlag(fs, &f.session, "session", soakrun.DefaultSession, "mean session length (exponential) before each Release, a `duration`")
+	durationFlag(fs, &f.settle, "settle", soakrun.DefaultSettle, "how long to wait after the load before reading the GameServer objects, a `duration` (0s: no wait)")
+	durationFlag(fs, &f.timeout, "timeout", soakrun.DefaultTimeout, "each request's deadline, a `duration`: its tries are sent again with its key within it")
 	fs.StringVar(&f.topology, "topology", "", "rig topology file (default: two clusters, east and west, of two allocator replicas)")
 	fs.StringVar(&f.binDir, "bin-dir", "", "directory with etcd and kube-apiserver (default ./bin of the repository)")
 	fs.StringVar(&f.qm, "qm", "", "the qm binary the rig's allocators and fleet agents run as (default: this one)")
@@ -97,7 +98,7 @@ func newSoakRunFlags() (*flag.FlagSet, *soakRunFlags) {
 	fs.StringVar(&f.identity, "identity", "", "with --target, the callers' identity: its certificate in --certs-dir, and the holder the allocator records")
 	fs.BoolVar(&f.insecure, "insecure", false, "with --target, plaintext (an allocator run with --insecure-disable-tls)")
 	fs.IntVar(&f.check.Examples, "examples", soak.DefaultExamples, "examples kept per promise")
-	fs.DurationVar(&f.check.Window, "window", soak.DefaultWindow, "the span after a fault whose failures count as after it, and the step of recovery")
+	durationFlag(fs, &f.check.Window, "window", soak.DefaultWindow, "the span after a fault whose failures count as after it, and the step of recovery, a `duration`")
 	fs.BoolVar(&f.allocationKeys, "allocation-keys", true, "send every request with an idempotency key of its own, retry a lost answer with it within --timeout, and resolve a request given up by its key (give back what it allocated); the checker then counts dangling servers strictly")
 	fs.BoolVar(&f.check.Strict, "strict", false, "count an Allocated server whose release failed, or that a lost answer may explain, as dangling (always so for a run with --allocation-keys)")
 	return fs, f
@@ -115,6 +116,9 @@ func soakRun(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	opt, err := soakOptions(f, set)
 	if err != nil {
 		return bad("%v", err)
+	}
+	for _, n := range soakNotes(opt) {
+		fmt.Fprintf(stderr, "qm soak: note: %s\n", n)
 	}
 	if !f.quiet {
 		opt.Log = stderr
@@ -180,20 +184,8 @@ func ciSet() bool {
 // soakOptions checks the flags, naming the one at fault, and turns them
 // into the run's options.
 func soakOptions(f *soakRunFlags, set map[string]bool) (*soakrun.Options, error) {
-	if f.duration <= 0 {
-		return nil, fmt.Errorf("--duration must be positive, got %s", f.duration)
-	}
-	if f.rate <= 0 {
-		return nil, fmt.Errorf("--rate must be positive, got %g", f.rate)
-	}
-	if f.session < 0 || f.settle < 0 || f.timeout <= 0 {
-		return nil, fmt.Errorf("--session and --settle must not be negative, --timeout must be positive")
-	}
-	if f.check.Examples < 1 {
-		return nil, fmt.Errorf("--examples must be at least 1, got %d", f.check.Examples)
-	}
-	if f.check.Window <= 0 {
-		return nil, fmt.Errorf("--window must be positive, got %s", f.check.Window)
+	if err := checkSoakNumbers(f); err != nil {
+		return nil, err
 	}
 	opt := &soakrun.Options{Duration: f.duration, Seed: f.seed, Out: f.out, Rate: f.rate, Session: f.session,
 		Settle: f.settle, Timeout: f.timeout, Check: f.check, BinDir: f.binDir, QM: f.qm, NoAllocationKeys: !f.allocationKeys}
@@ -223,7 +215,10 @@ func soakOptions(f *soakRunFlags, set map[string]bool) (*soakrun.Options, error)
 			}
 			opt.Topology = t
 		}
-		return opt, nil
+		if err := checkSoakBinaries(f); err != nil {
+			return nil, err
+		}
+		return opt, opt.Validate()
 	}
 	for _, name := range []string{"topology", "bin-dir", "qm"} {
 		if set[name] {
@@ -265,7 +260,7 @@ func soakOptions(f *soakRunFlags, set map[string]bool) (*soakrun.Options, error)
 		return nil, err
 	}
 	opt.TLS = tlsCfg
-	return opt, nil
+	return opt, opt.Validate()
 }
 
 func soakTLS(f *soakRunFlags) (*tls.Config, error) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quartermaster-dev/quartermaster/soak"
+	"github.com/quartermaster-dev/quartermaster/soakrun"
 )
 
 // writeSoakRun writes a history of two sessions (alice released gs-1,
@@ -117,6 +118,17 @@ func TestSoakUsage(t *testing.T) {
 		{[]string{"soak", "check", "--window", "0s", "a", "b"}, 2, "--window must be positive"},
 		{[]string{"soak", "check", "--no-such-flag"}, 2, "Run 'qm soak check -h' for usage."},
 		{[]string{"soak", "check", "missing-history", "missing-snapshot"}, 1, "missing-history"},
+		{[]string{"soak", "--duration", "5"}, 2, `invalid value "5" for flag -duration: want a duration with its unit, such as 90s, 5m or 1h30m`},
+		{[]string{"soak", "--session", "1"}, 2, `invalid value "1" for flag -session: want a duration with its unit`},
+		{[]string{"soak", "check", "--window", "ten", "a", "b"}, 2, `invalid value "ten" for flag -window: want a duration with its unit`},
+		{[]string{"soak", "--timeout", "0s"}, 2, "--timeout must be positive, got 0s"},
+		{[]string{"soak", "--settle", "-1s"}, 2, "--settle must not be negative, got -1s"},
+		{[]string{"soak", "--session", "-2s"}, 2, "--session must not be negative, got -2s"},
+		{[]string{"soak", "--rate", "NaN"}, 2, "--rate must be positive, got NaN"},
+		{[]string{"soak", "--rate", "+Inf"}, 2, "--rate must be positive, got +Inf"},
+		{[]string{"soak", "--qm", "no-such-qm"}, 2, "--qm: stat no-such-qm: no such file"},
+		{[]string{"soak", "--qm", "."}, 2, "--qm .: not an executable file"},
+		{[]string{"soak", "--bin-dir", "."}, 2, "--bin-dir: control-plane binaries missing: etcd, kube-apiserver not in ."},
 	} {
 		code, _, stderr := runQM(tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
@@ -127,5 +139,80 @@ func TestSoakUsage(t *testing.T) {
 		if code, stdout, _ := runQM(strings.Fields(args)...); code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("qm %s: exit %d, stdout %q", args, code, stdout)
 		}
+	}
+}
+
+// A schedule file whose targets name what the rig does not have fails
+// at once, naming the entry, before any rig comes up.
+func TestSoakScheduleTargetsCheckedFirst(t *testing.T) {
+	sched := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(sched, []byte(`apiVersion: quartermaster.dev/v1alpha1
+kind: SoakSchedule
+spec:
+  faults:
+  - {kind: replica-kill, every: 1m, duration: 5s, targets: [esat/0]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runQM("soak", "--schedule", sched, "--duration", "1m", "--out", filepath.Join(t.TempDir(), "run"), "--quiet")
+	if code != 2 || !strings.Contains(stderr, `spec.faults[0].targets[0]: replica-kill "esat/0": no cluster "esat" (the run has east, west)`) {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// A directory that holds a run is not written over: qm soak says so
+// before it brings anything up.
+func TestSoakKeepsAnEarlierRun(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, soakrun.HistoryFile), []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runQM("soak", "--out", dir, "--quiet")
+	if code != 2 || !strings.Contains(stderr, dir+" holds a run already (its history.jsonl)") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// qm soak check given its files the wrong way round, or the result
+// instead of the snapshot, says what the file is.
+func TestSoakCheckNamesAFileInTheWrongPlace(t *testing.T) {
+	h, s := writeSoakRun(t, soak.GameServer{Cluster: "a", Namespace: "default", Name: "gs-2", State: "Allocated", Owner: "bob"})
+	code, _, stderr := runQM("soak", "check", s, h)
+	if code != 1 || !strings.Contains(stderr, s+" reads as a snapshot: qm soak check takes HISTORY, then SNAPSHOT") {
+		t.Errorf("swapped: exit %d, stderr %q", code, stderr)
+	}
+	res := filepath.Join(t.TempDir(), "result.json")
+	if code, _, _ := runQM("soak", "check", "--json", res, h, s); code != 0 {
+		t.Fatalf("check: exit %d", code)
+	}
+	code, _, stderr = runQM("soak", "check", h, res)
+	if code != 1 || !strings.Contains(stderr, res+" reads as a soak result (qm report reads it)") {
+		t.Errorf("result for snapshot: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runQM("soak", "check", h, h)
+	if code != 1 || !strings.Contains(stderr, h+" reads as a history") {
+		t.Errorf("history twice: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestSoakNotesSayWhatTheRunWillNotDo(t *testing.T) {
+	// The shipped schedule in one minute: its later kinds fall outside.
+	notes := soakNotes(&soakrun.Options{Duration: time.Minute})
+	if len(notes) != 1 || !strings.Contains(notes[0], "fault ends within --duration 1m0s (the schedule's times, seed 1)") {
+		t.Fatalf("notes %q", notes)
+	}
+	all := soak.DefaultSchedule()
+	for _, f := range all.Schedule(all.Seed(), time.Minute) {
+		if strings.Contains(notes[0], " "+f.Kind+",") || strings.HasPrefix(notes[0], "no "+f.Kind+",") {
+			t.Errorf("%s is scheduled within the minute, yet the note names it: %s", f.Kind, notes[0])
+		}
+	}
+	if got := soakNotes(&soakrun.Options{Duration: 30 * time.Minute}); len(got) != 0 {
+		t.Errorf("half an hour of the shipped schedule: notes %q, want none", got)
+	}
+	notes = soakNotes(&soakrun.Options{Duration: 30 * time.Minute, Targets: []soakrun.Target{{Cluster: "a", Addr: "h:1"}, {Cluster: "b", Addr: "h:2"}},
+		Kubeconfigs: map[string]string{"a": "k"}})
+	if len(notes) != 1 || !strings.Contains(notes[0], "no --kubeconfig for b: its GameServers are not read") {
+		t.Errorf("a target without a kubeconfig: notes %q", notes)
 	}
 }
