@@ -59,9 +59,27 @@
 // retried with the key but neither recognised nor given back (it has no
 // Release).
 //
-// When the forwarder moves on after a lost answer to a keyed request and
-// another cluster serves it, or no cluster does and the key is the
-// forwarder's own (nobody else can ask for that allocation), it queues a release of
+// A request with the caller's key never goes past a cluster that may
+// hold its allocation. Before it is sent to a cluster, local or remote,
+// that cluster is recorded as the key's (Placements: the kubernetes
+// backend's replicas share the record on the API server, the memory
+// backend keeps it in the process), and the record moves on only when
+// that cluster has answered that it holds nothing for the key ("no game
+// server", a refusal). A try whose answer was lost, or a retry that
+// cannot reach the cluster the record names, is answered Unavailable
+// naming that cluster, whatever the other clusters could have done: a
+// caller retries that, and the retry, through any replica of this
+// allocator, goes to the recorded cluster first and gets the allocation
+// held there. Two tries of one key at once cannot both move the record:
+// a move is made only from the version of the record its try last saw.
+// The price: one record write per cluster a keyed request is sent to, and
+// a key whose cluster stays unreachable is not served elsewhere until the
+// key is forgotten (the caller may give it up and use a new key).
+//
+// A request without the caller's key fails over after a lost answer, as
+// any other transport failure. When another cluster then serves it, or
+// no cluster does, and it carried a key of the forwarder's own (nobody
+// else can ask for that allocation), the forwarder queues a release of
 // the key at the endpoint whose answer was lost (ReleaseRequest with
 // allocationKey, for the identity the request was forwarded for, as a
 // forwarded Release by name is). A background worker sends it once the
@@ -71,20 +89,6 @@
 // refuses (an allocator without release by key) or stays unreachable for
 // ReconcileFor ends it as given up. The queue is bounded, and dropped when
 // the forwarder closes.
-//
-// A request with the caller's key that no cluster served, while a cluster
-// may hold an allocation for it (an answer was lost there), is answered
-// Unavailable naming that cluster, whatever the others said: a caller
-// retries that, where "no game server" would have it give up and leave
-// the server held for nobody. The allocation is kept for the retry, which
-// meets that cluster first through any replica of this allocator: a keyed
-// request's clusters are ordered by its key, not drawn anew. Left open:
-// the retry is served elsewhere, and the first allocation stays held, if
-// that cluster cannot be reached then, or a cluster ahead of it in the
-// order had no server for the first try and has one for the retry.
-// (Releasing the key at clusters the retry could not reach is no cure: a
-// later try of the same key may be served there, and the release would
-// take that server from its caller.)
 //
 // qm_forward_answers_lost_total and qm_forward_reconciliations_total
 // (queued, attempted, released, nothing_there, given_up) count what

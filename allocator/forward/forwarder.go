@@ -93,6 +93,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// DialOptions are added to every connection to a remote (tests).
 	DialOptions []grpc.DialOption
+	// Placements record where requests with the caller's idempotency
+	// key are sent (placements.go), shared by every replica of this
+	// allocator; this process's own when nil.
+	Placements Placements
 }
 
 // Forwarder routes multi-cluster requests. It is safe for concurrent use.
@@ -113,6 +117,7 @@ type Forwarder struct {
 	windows     *windows // the policies in force now (window.go)
 	keys        *requestKeys
 	rec         *reconciler
+	places      Placements
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -187,6 +192,10 @@ func New(o Options) (*Forwarder, error) {
 	}
 	if f.clock == nil {
 		f.clock = RealClock{}
+	}
+	f.places = o.Placements
+	if f.places == nil {
+		f.places = newMemPlacements(f.clock.Now)
 	}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
@@ -460,25 +469,16 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 		hops = strings.Join(append(crossed, f.self), ",")
 	}
 
+	if fw.callerKey != "" {
+		return f.forwardKeyed(ctx, c, order, ns, hops, &fw, local)
+	}
 	var tries []try // only a failing request needs them
 	for i, p := range order {
 		if ctx.Err() != nil {
-			for _, q := range order[i:] {
-				tries = append(tries, try{cluster: q.Connection.ClusterName, where: where(q), out: outDeadline,
-					code: codes.DeadlineExceeded, msg: "not tried: the caller's deadline had passed"})
-			}
+			tries = notTried(tries, order[i:])
 			break
 		}
-		var resp *allocation.AllocationResponse
-		var t try
-		start := time.Now()
-		if p.Connection.IsLocal() {
-			resp, t = f.tryLocal(ctx, p, c.Sent, ns, local)
-		} else {
-			resp, t = f.tryRemote(ctx, p, c.Sent, c.Memo, ns, hops, &fw)
-		}
-		f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
-		f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
+		resp, t := f.tryCluster(ctx, p, c, ns, hops, &fw, local)
 		if resp != nil {
 			if fw.held != nil {
 				f.settle(&fw, where(p))
@@ -487,16 +487,151 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 		}
 		tries = append(tries, t)
 	}
-	if fw.held != nil && fw.callerKey == "" {
+	if fw.held != nil {
 		// Nobody can ask for an allocation made with the forwarder's own
-		// key: give it back. (The caller's key is kept for its retry.)
+		// key: give it back.
 		f.settle(&fw, "")
 	}
-	err = f.summary(ctx, ns, tries)
-	if fw.held != nil && fw.callerKey != "" {
-		err = heldForRetry(err, fw.held)
+	return nil, f.summary(ctx, ns, tries)
+}
+
+// notTried adds to tries the clusters of rest, not tried because the
+// caller's deadline had passed.
+func notTried(tries []try, rest []core.Policy) []try {
+	for _, q := range rest {
+		tries = append(tries, try{cluster: q.Connection.ClusterName, where: where(q), out: outDeadline,
+			code: codes.DeadlineExceeded, msg: "not tried: the caller's deadline had passed"})
 	}
-	return nil, err
+	return tries
+}
+
+// tryCluster tries the cluster of p, and counts it.
+func (f *Forwarder) tryCluster(ctx context.Context, p core.Policy, c Call, ns, hops string, fw *forwarding, local Local) (*allocation.AllocationResponse, try) {
+	var resp *allocation.AllocationResponse
+	var t try
+	start := time.Now()
+	if p.Connection.IsLocal() {
+		resp, t = f.tryLocal(ctx, p, c.Sent, ns, local)
+	} else {
+		resp, t = f.tryRemote(ctx, p, c.Sent, c.Memo, ns, hops, fw)
+	}
+	f.m.latency.WithLabelValues(t.cluster).Observe(time.Since(start).Seconds())
+	f.m.tries.WithLabelValues(t.cluster, string(t.out)).Inc()
+	return resp, t
+}
+
+// maxPlaceConflicts bounds how often one request finds the record of its
+// key changed by another try of it before it gives up (Unavailable: the
+// caller sends it again).
+const maxPlaceConflicts = 3
+
+// forwardKeyed serves a request with the caller's key, whose clusters
+// are in order: each cluster is recorded in the Placements before the
+// request is sent there, and the request goes on to the next cluster only
+// when that one answered that it holds nothing for the key. A cluster
+// that may hold the key's allocation (its answer was lost, or an earlier
+// try's record names it and it cannot be asked) ends the request with an
+// answer the caller retries; the retry asks that cluster first.
+func (f *Forwarder) forwardKeyed(ctx context.Context, c Call, order []core.Policy, ns, hops string, fw *forwarding, local Local) (*allocation.AllocationResponse, error) {
+	key := fw.forwardedKey(nil, false)
+	plan := append(make([]core.Policy, 0, len(order)), order...)
+	var tries []try
+	version := ""      // the record's version as this request last saw it
+	inherited := false // the record named plan[0] before this request placed it
+	for conflicts := 0; len(plan) > 0; {
+		if ctx.Err() != nil {
+			tries = notTried(tries, plan)
+			return nil, f.summary(ctx, ns, tries)
+		}
+		name := plan[0].Connection.ClusterName
+		cur, curVersion, ok, err := f.places.Place(ctx, key, name, version)
+		if err != nil {
+			return nil, placeError(ctx, name, err)
+		}
+		if !ok {
+			if conflicts++; conflicts > maxPlaceConflicts {
+				return nil, status.Errorf(codes.Unavailable,
+					"other tries of this request's idempotency key keep moving it between clusters (now %q): send it again with the same key", cur)
+			}
+			switch i := clusterIndex(plan, cur); {
+			case cur == "" || cur == name:
+				inherited = inherited || cur == name
+			case version != "":
+				// This request placed the key, and another try of it
+				// moved it since: that try goes on from there.
+				return nil, status.Errorf(codes.Unavailable,
+					"another try of this request's idempotency key has moved it to cluster %q meanwhile: send it again with the same key", cur)
+			case i < 0:
+				return nil, status.Errorf(codes.Unavailable,
+					"an earlier try of this request's idempotency key was sent to cluster %q, which may hold its allocation, and no policy in force now names that cluster: send it again with the same key once the policy is back, or use a new key",
+					cur)
+			default:
+				// An earlier try went to cur: ask it first.
+				p := plan[i]
+				copy(plan[1:i+1], plan[:i])
+				plan[0], inherited = p, true
+			}
+			version = curVersion
+			continue
+		}
+		version = curVersion
+		resp, t := f.tryCluster(ctx, plan[0], c, ns, hops, fw, local)
+		if resp != nil {
+			return resp, nil
+		}
+		tries = append(tries, t)
+		if mayHold(t, inherited, fw) {
+			return nil, heldForRetry(f.summary(ctx, ns, tries), []string{name})
+		}
+		plan, inherited, conflicts = plan[1:], false, 0
+	}
+	// Every cluster answered that it holds nothing for the key: so the
+	// record says (a retry then takes the order afresh). Should this
+	// fail, the retry asks the last cluster first, which answers again.
+	_, _, _, _ = f.places.Place(ctx, key, "", version)
+	return nil, f.summary(ctx, ns, tries)
+}
+
+// clusterIndex is the index in plan of the policy for cluster, or -1.
+func clusterIndex(plan []core.Policy, cluster string) int {
+	for i, p := range plan {
+		if p.Connection.ClusterName == cluster {
+			return i
+		}
+	}
+	return -1
+}
+
+// mayHold says whether the cluster of t, tried for a caller-keyed
+// request, may hold an allocation for its key: the request was sent there
+// and no answer came (the deadline passed, or the answer was lost), or an
+// earlier try's record names it (inherited) and it could not be asked
+// now. An allocator's own answer ("no game server", a refusal) says it
+// holds none; so does a cluster this request placed itself and never
+// reached.
+func mayHold(t try, inherited bool, fw *forwarding) bool {
+	switch t.out {
+	case outUnallocated, outRefused:
+		return false
+	case outDeadline:
+		return true
+	}
+	for _, h := range fw.held {
+		if h.cluster == t.where {
+			return true
+		}
+	}
+	return inherited
+}
+
+// placeError is the answer when the record of where a keyed request is
+// sent cannot be written: the request is not sent anywhere.
+func placeError(ctx context.Context, cluster string, err error) error {
+	code := codes.Unavailable
+	if ctx.Err() != nil {
+		code = codes.DeadlineExceeded
+	}
+	return status.Errorf(code, "recording that this request's idempotency key is sent to cluster %q: %v; nothing was sent: send it again with the same key", cluster, err)
 }
 
 // heldForRetry is the answer to a keyed request that no cluster served
@@ -505,17 +640,13 @@ func (f *Forwarder) Forward(ctx context.Context, c Call, local Local) (*allocati
 // that cluster first, and gets the allocation), so the answer is one a
 // caller retries: Unavailable, whatever the other clusters said. "No
 // game server" would have the caller give up and leave the server held.
-func heldForRetry(err error, held []heldAt) error {
+func heldForRetry(err error, clusters []string) error {
 	st := status.Convert(err)
 	code := st.Code()
 	if code != codes.DeadlineExceeded && code != codes.Canceled {
 		code = codes.Unavailable
 	}
-	clusters := make([]string, len(held))
-	for i, h := range held {
-		clusters[i] = h.cluster
-	}
-	return status.Errorf(code, "%s; an answer was lost at %s, which may hold an allocation for this request's key: send it again with the same key",
+	return status.Errorf(code, "%s; cluster %s may hold an allocation for this request's key (a try of it was sent there, and no answer has come back): send it again with the same key",
 		st.Message(), strings.Join(clusters, " and "))
 }
 
@@ -691,15 +822,6 @@ func (f *Forwarder) prepareRemote(ctx context.Context, p core.Policy, in *alloca
 		return rc, false
 	}
 	rc.key = fw.forwardedKey(f.keys, f.ownKeys)
-	if fw.callerKey != "" && f.rec.holds(t.where, rc.key) {
-		// A retry of a request this cluster may have allocated without
-		// the answer arriving, and that another cluster served: the
-		// allocation here is being given back, so it must not be the
-		// answer now.
-		t.out, t.code = outRefused, codes.FailedPrecondition
-		t.msg = "not tried: an allocation this request's key may hold here (its answer was lost) is being released"
-		return rc, false
-	}
 	if p.Connection.Namespace != "" {
 		rc.target = p.Connection.Namespace
 	}

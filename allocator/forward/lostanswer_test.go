@@ -504,49 +504,6 @@ func TestNoOwnKeys(t *testing.T) {
 	}
 }
 
-// A caller's retry with its key, while the release of the allocation a
-// lost answer left in the first cluster is still queued, is not answered
-// with that allocation (it is about to be given back): the first cluster
-// is skipped, and the cluster that served the request answers again with
-// the same server.
-func TestRetryWhileReleasePending(t *testing.T) {
-	pki := newTestPKI(t)
-	first, second := newKeyedRemote("first"), newKeyedRemote("second")
-	link := newLossyLink(t, serveKeyed(t, pki, first))
-	f, _ := keyedForwarder(t, Options{
-		Retries: -1, OwnKeys: true, ReconcileBackoff: time.Hour,
-		Breaker: BreakerOptions{Failures: 100},
-	}, pki.secret(t, "entry"), link.addr(), serveKeyed(t, pki, second))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := f.AllocateFor(ctx, "caller", to("keyed", nil), nil, 1, nil); err != nil {
-		t.Fatal(err)
-	}
-	keyed := map[string]string{allocationKeyAnnotation: "match-7"}
-	link.lose.Store(true)
-	resp, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
-	if err != nil || resp.GetGameServerName() != "second-gs-1" {
-		t.Fatalf("served %v, %v; want the second cluster's server", resp, err)
-	}
-	lost := first.seen()[1]
-	if !first.holds(lost) || f.rec.pendingCount() != 1 {
-		t.Fatalf("the first cluster holds %v, %d releases queued: the test tested nothing", first.holds(lost), f.rec.pendingCount())
-	}
-	// The first cluster is reachable again and answers, but its release
-	// fails (and waits an hour for the next try): the release stays queued.
-	first.failReleases.Store(true)
-	link.lose.Store(false)
-	waitReady(t, f, link.addr())
-	seen := len(first.seen())
-	again, err := f.AllocateFor(ctx, "caller", to("keyed", keyed), nil, 1, nil)
-	if err != nil || again.GetGameServerName() != resp.GetGameServerName() {
-		t.Fatalf("the retry: %v, %v; want %s again", again, err, resp.GetGameServerName())
-	}
-	if n := len(first.seen()); n != seen {
-		t.Errorf("the retry was sent to the first cluster, whose allocation for the key is being released")
-	}
-}
-
 // waitReady waits until the forwarder's connection to endpoint is ready
 // (out of grpc-go's reconnect backoff).
 func waitReady(t *testing.T, f *Forwarder, endpoint string) {

@@ -23,9 +23,9 @@ import (
 // reachable: a background queue, bounded, retried with backoff (sooner
 // when the endpoint's breaker closes), stopped with the forwarder.
 //
-// A request with the caller's own key that no cluster served is not
-// reconciled: the caller may send it again within the remote's key window,
-// and its retry is then answered with the allocation the lost answer held.
+// A request with the caller's own key is never reconciled: it does not
+// go past a cluster that may hold its allocation (placements.go), and the
+// caller's retry is answered with that allocation.
 
 // Defaults of the reconciliation queue.
 const (
@@ -70,10 +70,7 @@ type reconciler struct {
 
 	mu      sync.Mutex
 	pending []*pendingRelease
-	// held counts pending releases by cluster and key, so that a caller's
-	// retry is not answered by the allocation about to be released.
-	held map[string]int
-	n    atomic.Int64 // releases queued or under way, read without the lock
+	n       atomic.Int64 // releases queued or under way, read without the lock
 
 	kick    chan struct{}
 	stop    context.CancelFunc
@@ -86,7 +83,7 @@ func newReconciler(f *Forwarder, o Options) *reconciler {
 	r := &reconciler{
 		f: f, backoff: o.ReconcileBackoff, maxBackoff: o.ReconcileMaxBackoff,
 		giveUpAfter: o.ReconcileFor, max: o.ReconcileQueue,
-		held: map[string]int{}, kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1),
 	}
 	if r.backoff <= 0 {
 		r.backoff = DefaultReconcileBackoff
@@ -102,19 +99,6 @@ func newReconciler(f *Forwarder, o Options) *reconciler {
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	return r
-}
-
-func heldKey(cluster, key string) string { return cluster + "\x00" + key }
-
-// holds reports whether a release of key's allocation in cluster is
-// waiting.
-func (r *reconciler) holds(cluster, key string) bool {
-	if r.n.Load() == 0 {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.held[heldKey(cluster, key)] > 0
 }
 
 // pendingCount is the number of releases waiting.
@@ -138,7 +122,6 @@ func (r *reconciler) add(hs []heldAt) {
 			continue
 		}
 		r.pending = append(r.pending, &pendingRelease{heldAt: h, since: now, due: now})
-		r.held[heldKey(h.cluster, h.key)]++
 		r.f.m.reconcilePending.Set(float64(r.n.Add(1)))
 		r.f.m.reconciles.WithLabelValues(reconcileQueued).Inc()
 	}
@@ -262,13 +245,7 @@ func (r *reconciler) attempt(p *pendingRelease) {
 		outcome, why = reconcileGivenUp, "still unreachable after "+r.giveUpAfter.String()+": "+msg
 	}
 	f.m.reconciles.WithLabelValues(outcome).Inc()
-	r.mu.Lock()
-	k := heldKey(p.cluster, p.key)
-	if r.held[k]--; r.held[k] <= 0 {
-		delete(r.held, k)
-	}
 	f.m.reconcilePending.Set(float64(r.n.Add(-1)))
-	r.mu.Unlock()
 	if outcome == reconcileGivenUp {
 		f.log.Warn("forwarding: gave up releasing an allocation whose answer was lost",
 			"endpoint", p.endpoint, "namespace", p.target, "key", p.key, "reason", why)

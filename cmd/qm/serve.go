@@ -385,6 +385,9 @@ func startBackend(ctx context.Context, f *serveFlags, seed uint64, log *slog.Log
 		kb.Run(ctx)
 		be.backend, be.kube = kb, kb
 		f.multi.kubeREST, f.multi.kubeNamespace = restCfg, f.kubeNamespace
+		// Every replica reads and moves the same records of where keyed
+		// multi-cluster requests went.
+		f.multi.placements = kb.Placements()
 	default:
 		return be, fmt.Errorf("--backend %q is not available (have: memory, kubernetes)", f.backend)
 	}

@@ -28,6 +28,10 @@ type multiClusterFlags struct {
 	// policies and Secrets then come from its API server.
 	kubeREST      *rest.Config
 	kubeNamespace string
+	// placements is set by the kubernetes backend: its replicas' shared
+	// record of where keyed multi-cluster requests went (nil: this
+	// process's own).
+	placements forward.Placements
 }
 
 func (m *multiClusterFlags) register(fs *flag.FlagSet) {
@@ -66,7 +70,7 @@ func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg pro
 	store := forward.NewStore(file.Set)
 	fwd, err := forward.New(forward.Options{
 		Source: store, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
-		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys, Placements: m.placements,
 	})
 	if err != nil {
 		return nil, err
@@ -88,7 +92,7 @@ func (m *multiClusterFlags) startKube(ctx context.Context, log *slog.Logger, reg
 	}
 	fwd, err := forward.New(forward.Options{
 		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
-		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys,
+		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys, Placements: m.placements,
 	})
 	if err != nil {
 		return nil, err
