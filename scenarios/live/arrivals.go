@@ -1,7 +1,6 @@
 package live
 
 import (
-	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -50,28 +49,15 @@ func (p *poissonPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, 
 	return p.at - elapsed, false
 }
 
-// sessionSampler draws session lengths from d with a seeded generator;
-// safe for concurrent use (loadgen calls it from its answer goroutines).
+// sessionSampler draws session lengths from d as the simulator draws them,
+// from a stream seeded with seed; safe for concurrent use (loadgen calls it
+// from its answer goroutines).
 func sessionSampler(d sim.Dist, seed uint64) func() time.Duration {
 	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(seed, 0x5e55))
+	draw := sim.NewSampler(d, rand.NewPCG(seed, 0x5e55))
 	return func() time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
-		var v float64
-		switch d.Kind {
-		case sim.Exponential:
-			v = rng.ExpFloat64() * float64(d.Mean)
-		case sim.LogNormal:
-			m, s := d.LogNormalParams()
-			v = math.Exp(m + s*rng.NormFloat64())
-		case sim.Uniform:
-			v = float64(d.Min) + rng.Float64()*float64(d.Max-d.Min)
-		case sim.Normal:
-			v = math.Max(0, float64(d.Mean)+rng.NormFloat64()*float64(d.Stddev))
-		default:
-			v = float64(d.Value)
-		}
-		return time.Duration(v)
+		return draw()
 	}
 }
