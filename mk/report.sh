@@ -26,8 +26,8 @@
 # Writes OUT/base and OUT/cur (what each side measured), each with:
 #   bench-core.txt   core.GateAllocate: process CPU per allocation, allocs
 #                    and bytes per op (1k and 10k servers, packed and
-#                    distributed), three processes a round, each timing
-#                    every case 8 times for PERF_BENCHTIME (25ms) and
+#                    distributed), six processes a round, each timing
+#                    every case 4 times for PERF_BENCHTIME (25ms) and
 #                    giving the lower quartile of those (core_sample)
 #   bench-sim.txt    sim.GateSim: CPU per event, events, allocs and bytes
 #                    of twenty virtual minutes at seed 2026, two processes
@@ -260,16 +260,16 @@ gate_bench() {
 }
 
 # core_sample BINARY ROUND: one sample of core.GateAllocate: one process
-# timing each case PERF_CORE_COUNT (8) times for PERF_BENCHTIME (25ms); its
+# timing each case PERF_CORE_COUNT (4) times for PERF_BENCHTIME (25ms); its
 # line per case carries the lower quartile of those timings' CPU per
-# allocation (as the in-process service, forwarding and kube benchmarks
-# take the lower quartile of their batches: another process can only add
-# to a timing's CPU) and the median of the rest.
+# allocation (each timing's being the lower quartile of its batches, as
+# the in-process service, forwarding and kube benchmarks take: another
+# process can only add to a batch's CPU) and the median of the rest.
 core_sample() {
 	local res exe
 	exe=$(fresh "$1")
 	res=$(cd core && GOMAXPROCS=1 "$exe" -test.run '^$' -test.bench '^BenchmarkGateAllocate$' \
-		-test.benchtime "$benchtime" -test.count "${PERF_CORE_COUNT:-8}" -test.benchmem) || {
+		-test.benchtime "$benchtime" -test.count "${PERF_CORE_COUNT:-4}" -test.benchmem) || {
 		rm -f "$exe"
 		echo "report: BenchmarkGateAllocate failed:" >&2
 		printf '%s\n' "$res" | tail -n 20 >&2
@@ -333,9 +333,12 @@ sample() {
 }
 
 # samples_per_round FAMILY: how many processes of the family each side
-# runs a round.
+# runs a round. Core's are short (a few seconds each), and interference
+# from whatever shares the machine's caches comes and goes within
+# seconds: many short samples, alternated, let it fall on both sides
+# alike rather than on a few long ones of one side.
 samples_per_round() {
-	case $1 in core | service | forward) echo 3 ;; *) echo 2 ;; esac
+	case $1 in core) echo 6 ;; service | forward) echo 3 ;; *) echo 2 ;; esac
 }
 
 # measure_round ROUND SIDE...: one round. Each in-process family's
