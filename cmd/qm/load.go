@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -124,19 +124,14 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	// Connect to every target first: a wrong address or certificate
 	// fails here, before any load, with the reason.
-	var targets []loadgen.Target
+	targets, err := dialLoadTargets(ctx, plan, &f, tlsCfg)
 	defer func() {
 		for _, t := range targets {
 			t.Caller.Close()
 		}
 	}()
-	for _, tc := range plan.cfg.Targets {
-		caller, err := loadgen.NewCaller(ctx, loadgen.Dial{Target: tc, TLS: tlsCfg, Connections: f.connections,
-			Request: plan.req, Sessions: f.release || f.trace != "", UniqueAnnotation: f.uniqueAnnotation})
-		if err != nil {
-			return err
-		}
-		targets = append(targets, loadgen.Target{Config: tc, Caller: caller})
+	if err != nil {
+		return err
 	}
 	if f.trace != "" {
 		tracer, err := startLoadTrace(&f, plan.req, targets, stderr)
@@ -145,7 +140,55 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer tracer()
 	}
+	if err := loadOutputs(plan, &f, stderr); err != nil {
+		return err
+	}
+	if err := waitLoadStart(ctx, plan.startAt, stderr); err != nil {
+		return err
+	}
+	if f.cpuProfile != "" {
+		stop, err := profileCPU(f.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer stop()
+	}
+	res, err := loadgen.Run(ctx, plan.cfg, targets, plan.opt)
+	if err != nil {
+		return err
+	}
+	pass := loadgen.Check(res, plan.thresholds)
+	if err := writeLoadResult(f.out, res, stdout, stderr); err != nil {
+		return err
+	}
+	if res.Interrupted {
+		fmt.Fprintln(stderr, "qm load: interrupted; the result covers the run until then")
+		return exitError{code: 130}
+	}
+	if !pass {
+		return exitError{code: 2}
+	}
+	return nil
+}
 
+// dialLoadTargets connects to each of the plan's targets. The targets
+// connected before an error come back with it, for the caller to close.
+func dialLoadTargets(ctx context.Context, plan *loadPlan, f *loadFlags, tlsCfg *tls.Config) ([]loadgen.Target, error) {
+	var targets []loadgen.Target
+	for _, tc := range plan.cfg.Targets {
+		caller, err := loadgen.NewCaller(ctx, loadgen.Dial{Target: tc, TLS: tlsCfg, Connections: f.connections,
+			Request: plan.req, Sessions: f.release || f.trace != "", UniqueAnnotation: f.uniqueAnnotation})
+		if err != nil {
+			return targets, err
+		}
+		targets = append(targets, loadgen.Target{Config: tc, Caller: caller})
+	}
+	return targets, nil
+}
+
+// loadOutputs sets where the run's progress lines go (--progress) and the
+// server's CPU probe (--server-pid), and says what the run will do.
+func loadOutputs(plan *loadPlan, f *loadFlags, stderr io.Writer) error {
 	progress := stderr
 	terminal := isTerminal(stderr)
 	switch f.progress {
@@ -167,69 +210,50 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if progress != nil {
 		fmt.Fprintf(stderr, "qm load: %s\n", plan.describe())
 	}
-	if !plan.startAt.IsZero() {
-		// Connected first, so a bad address or certificate fails now, not
-		// at the start time; a generator that comes up after the time
-		// starts at once and says how late it is (merge lines the series
-		// up by wall-clock second).
-		if wait := time.Until(plan.startAt); wait > 0 {
-			fmt.Fprintf(stderr, "qm load: starting at %s (in %s)\n", plan.startAt.UTC().Format(time.RFC3339), wait.Round(time.Second))
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				fmt.Fprintln(stderr, "qm load: interrupted before the start; nothing was sent")
-				return exitError{code: 130}
-			}
-		} else {
-			fmt.Fprintf(stderr, "qm load: --start-at %s was %s ago: starting now\n", plan.startAt.UTC().Format(time.RFC3339), (-wait).Round(time.Millisecond))
-		}
+	return nil
+}
+
+// waitLoadStart waits until --start-at, if given. It is called once
+// connected, so a bad address or certificate fails at once, not at the
+// start time; a generator that comes up after the time starts at once and
+// says how late it is (merge lines the series up by wall-clock second).
+func waitLoadStart(ctx context.Context, startAt time.Time, stderr io.Writer) error {
+	if startAt.IsZero() {
+		return nil
 	}
-	if f.cpuProfile != "" {
-		// The load generator's own CPU: on a shared machine it is half of
-		// what a throughput figure measures.
-		pf, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			pf.Close()
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		defer func() { pprof.StopCPUProfile(); pf.Close() }()
+	wait := time.Until(startAt)
+	if wait <= 0 {
+		fmt.Fprintf(stderr, "qm load: --start-at %s was %s ago: starting now\n", startAt.UTC().Format(time.RFC3339), (-wait).Round(time.Millisecond))
+		return nil
 	}
-	res, err := loadgen.Run(ctx, plan.cfg, targets, plan.opt)
-	if err != nil {
-		return err
+	fmt.Fprintf(stderr, "qm load: starting at %s (in %s)\n", startAt.UTC().Format(time.RFC3339), wait.Round(time.Second))
+	t := time.NewTimer(wait)
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		fmt.Fprintln(stderr, "qm load: interrupted before the start; nothing was sent")
+		return exitError{code: 130}
 	}
-	pass := loadgen.Check(res, plan.thresholds)
-	if f.out == "-" {
+}
+
+// writeLoadResult writes the summary, and the result as JSON to --out.
+func writeLoadResult(out string, res *loadgen.Result, stdout, stderr io.Writer) error {
+	if out == "-" {
 		// The result is what a Job's pod log is read for (deploy/loadgen.yaml):
 		// the document first and alone on stdout, the summary after it on
 		// stderr, so the log reads back as a result.
 		if err := loadgen.WriteResult(stdout, res); err != nil {
 			return fmt.Errorf("--out -: %w", err)
 		}
-		if err := loadgen.WriteSummary(stderr, res); err != nil {
-			return err
-		}
-	} else {
-		if err := loadgen.WriteSummary(stdout, res); err != nil {
-			return err
-		}
-		if f.out != "" {
-			if err := writeResultFile(f.out, res); err != nil {
-				return err
-			}
-		}
+		return loadgen.WriteSummary(stderr, res)
 	}
-	if res.Interrupted {
-		fmt.Fprintln(stderr, "qm load: interrupted; the result covers the run until then")
-		return exitError{code: 130}
+	if err := loadgen.WriteSummary(stdout, res); err != nil {
+		return err
 	}
-	if !pass {
-		return exitError{code: 2}
+	if out != "" {
+		return writeResultFile(out, res)
 	}
 	return nil
 }
