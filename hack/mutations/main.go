@@ -68,33 +68,8 @@ func run(only, ref, logs, kinds string, keep, list bool) error {
 	if err != nil {
 		return err
 	}
-	if only != "" {
-		var picked []*Mutation
-		for _, name := range strings.Split(only, ",") {
-			i := slices.IndexFunc(ms, func(m *Mutation) bool { return m.Name == name })
-			if i < 0 {
-				return fmt.Errorf("no mutation %q", name)
-			}
-			picked = append(picked, ms[i])
-		}
-		ms = picked
-	}
-	if kinds != "all" {
-		var kept []*Mutation
-		for _, m := range ms {
-			var ts []Test
-			for _, t := range m.Tests {
-				if t.Kind == kinds {
-					ts = append(ts, t)
-				}
-			}
-			if len(ts) > 0 {
-				mm := *m
-				mm.Tests = ts
-				kept = append(kept, &mm)
-			}
-		}
-		ms = kept
+	if ms, err = pick(ms, only, kinds); err != nil {
+		return err
 	}
 	if !filepath.IsAbs(logs) {
 		logs = filepath.Join(root, logs)
@@ -109,17 +84,11 @@ func run(only, ref, logs, kinds string, keep, list bool) error {
 	if !keep {
 		defer os.RemoveAll(work)
 	}
-	tree := filepath.Join(work, "tree")
 	files, err := treeFiles(root, ref)
 	if err != nil {
 		return err
 	}
-	fresh := func() error {
-		if err := os.RemoveAll(tree); err != nil {
-			return err
-		}
-		return files.writeTo(tree)
-	}
+	c := &treeCopy{dir: filepath.Join(work, "tree"), files: files}
 	env := append(os.Environ(),
 		"GOFLAGS=-trimpath",
 		// The copy has no bin/: the control-plane binaries are the tree's.
@@ -130,31 +99,109 @@ func run(only, ref, logs, kinds string, keep, list bool) error {
 	// Every mutation applies before anything runs: one that does not
 	// fails the whole run at once.
 	for _, m := range ms {
-		if err := fresh(); err != nil {
-			return err
-		}
-		if err := m.Apply(tree); err != nil {
+		if err := c.mutate(m); err != nil {
 			return err
 		}
 	}
 	if list {
-		for _, m := range ms {
-			fmt.Printf("%s: %s\n", m.Name, m.Reason)
-			for _, t := range m.Tests {
-				fmt.Printf("  %s\n", t)
-			}
-		}
-		fmt.Printf("%d mutations, every one applies\n", len(ms))
+		printList(ms)
 		return nil
 	}
-
-	// The tests pass on the tree as it is.
-	if err := fresh(); err != nil {
+	rows, err := runUnmutated(c, env, ms, logs)
+	if err != nil {
+		if len(rows) > 0 {
+			printTable(rows, time.Since(start))
+		}
 		return err
+	}
+	rows, failed, err := runMutated(c, env, ms, logs, rows)
+	if err != nil {
+		return err
+	}
+	printTable(rows, time.Since(start))
+	if failed > 0 {
+		return fmt.Errorf("%d of %d runs did not catch their mutation (logs in %s)", failed, len(rows)-len(baseline(ms)), logs)
+	}
+	return nil
+}
+
+// pick keeps the mutations named in only (comma-separated; all when
+// empty), each with just its tests of kind kinds (all, e2e or go), and
+// drops those left with no test.
+func pick(ms []*Mutation, only, kinds string) ([]*Mutation, error) {
+	if only != "" {
+		var picked []*Mutation
+		for _, name := range strings.Split(only, ",") {
+			i := slices.IndexFunc(ms, func(m *Mutation) bool { return m.Name == name })
+			if i < 0 {
+				return nil, fmt.Errorf("no mutation %q", name)
+			}
+			picked = append(picked, ms[i])
+		}
+		ms = picked
+	}
+	if kinds == "all" {
+		return ms, nil
+	}
+	var kept []*Mutation
+	for _, m := range ms {
+		var ts []Test
+		for _, t := range m.Tests {
+			if t.Kind == kinds {
+				ts = append(ts, t)
+			}
+		}
+		if len(ts) > 0 {
+			mm := *m
+			mm.Tests = ts
+			kept = append(kept, &mm)
+		}
+	}
+	return kept, nil
+}
+
+// treeCopy is the one copy of the tree the tests run in, written afresh
+// for each run.
+type treeCopy struct {
+	dir   string
+	files files
+}
+
+// fresh writes the tree as it is.
+func (c *treeCopy) fresh() error {
+	if err := os.RemoveAll(c.dir); err != nil {
+		return err
+	}
+	return c.files.writeTo(c.dir)
+}
+
+// mutate writes the tree with m applied.
+func (c *treeCopy) mutate(m *Mutation) error {
+	if err := c.fresh(); err != nil {
+		return err
+	}
+	return m.Apply(c.dir)
+}
+
+func printList(ms []*Mutation) {
+	for _, m := range ms {
+		fmt.Printf("%s: %s\n", m.Name, m.Reason)
+		for _, t := range m.Tests {
+			fmt.Printf("  %s\n", t)
+		}
+	}
+	fmt.Printf("%d mutations, every one applies\n", len(ms))
+}
+
+// runUnmutated runs the mutations' tests on the tree as it is, where each
+// must pass; the rows so far come back with the error of one that does not.
+func runUnmutated(c *treeCopy, env []string, ms []*Mutation, logs string) ([]row, error) {
+	if err := c.fresh(); err != nil {
+		return nil, err
 	}
 	var rows []row
 	for _, t := range baseline(ms) {
-		r := runTest(tree, env, t, filepath.Join(logs, "unmutated-"+logName(t)))
+		r := runTest(c.dir, env, t, filepath.Join(logs, "unmutated-"+logName(t)))
 		r.mutation = "(none)"
 		r.ok = r.result == "passed"
 		if r.result == "caught" {
@@ -163,21 +210,22 @@ func run(only, ref, logs, kinds string, keep, list bool) error {
 		rows = append(rows, r)
 		report(r)
 		if !r.ok {
-			printTable(rows, time.Since(start))
-			return fmt.Errorf("%s does not pass on the unmutated tree (%s): a failure under a mutation would prove nothing", t, r.result)
+			return rows, fmt.Errorf("%s does not pass on the unmutated tree (%s): a failure under a mutation would prove nothing", t, r.result)
 		}
 	}
+	return rows, nil
+}
 
-	failed := 0
+// runMutated runs each mutation's tests on the tree with it applied, where
+// each must fail, adding a row a run to rows; failed counts the runs that
+// did not catch their mutation.
+func runMutated(c *treeCopy, env []string, ms []*Mutation, logs string, rows []row) (_ []row, failed int, _ error) {
 	for _, m := range ms {
 		for _, t := range m.Tests {
-			if err := fresh(); err != nil {
-				return err
+			if err := c.mutate(m); err != nil {
+				return rows, failed, err
 			}
-			if err := m.Apply(tree); err != nil {
-				return err
-			}
-			r := runTest(tree, env, t, filepath.Join(logs, m.Name+"-"+logName(t)))
+			r := runTest(c.dir, env, t, filepath.Join(logs, m.Name+"-"+logName(t)))
 			r.mutation = m.Name
 			r.ok = r.result == "caught"
 			if r.result == "passed" {
@@ -190,11 +238,7 @@ func run(only, ref, logs, kinds string, keep, list bool) error {
 			report(r)
 		}
 	}
-	printTable(rows, time.Since(start))
-	if failed > 0 {
-		return fmt.Errorf("%d of %d runs did not catch their mutation (logs in %s)", failed, len(rows)-len(baseline(ms)), logs)
-	}
-	return nil
+	return rows, failed, nil
 }
 
 // baseline are the distinct tests of the mutations: the e2e specs in one
