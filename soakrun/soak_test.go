@@ -3,6 +3,7 @@ package soakrun
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,6 +94,10 @@ func TestShortSoak(t *testing.T) {
 	}
 	out := keptOnFailure(t)
 	var log bytes.Buffer
+	defer func() {
+		// The run's log beside its files, for a failure to be read with them.
+		_ = os.WriteFile(filepath.Join(out, "run.log"), log.Bytes(), 0o644)
+	}()
 	res, err := Run(context.Background(), Options{
 		Duration: time.Minute, Schedule: sched, Out: out, Topology: top, QM: qm, BinDir: binDir,
 		RigDir: filepath.Join(t.TempDir(), "rig"), Log: &syncWriter{w: &log},
@@ -106,7 +111,7 @@ func TestShortSoak(t *testing.T) {
 	}
 	t.Logf("result:\n%s", table.String())
 	if n := res.Result.Violations(); n > 0 {
-		t.Errorf("%d violations (files and the allocators' logs in %s)", n, out)
+		t.Errorf("%d violations:\n%s", n, violationSummary(res.Result, out))
 	}
 	for _, k := range soak.FaultKinds {
 		if res.Injected[k] != 1 {
@@ -159,8 +164,36 @@ func TestShortSoak(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("log:\n%s", log.String())
+		t.Logf("the run's log, last lines (all of it in %s):\n%s", filepath.Join(out, "run.log"), lastLines(log.String(), 60))
 	}
+}
+
+// violationSummary names each broken promise with its examples, and how
+// to look at the run again from its kept files.
+func violationSummary(r *soak.Result, dir string) string {
+	var b strings.Builder
+	for _, p := range r.Promises {
+		if p.Violations == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %d (%s)\n", p.Name, p.Violations, p.Description)
+		for _, e := range p.Examples {
+			fmt.Fprintf(&b, "  - %s\n", e)
+		}
+	}
+	fmt.Fprintf(&b, "files (history, snapshot, result, the allocators' logs in logs/, this run's log in run.log) in %s; look again with\n", dir)
+	fmt.Fprintf(&b, "  qm soak check --examples 50 %s %s\n", filepath.Join(dir, HistoryFile), filepath.Join(dir, SnapshotFile))
+	fmt.Fprintf(&b, "  qm report --out %s %s", filepath.Join(dir, "report"), filepath.Join(dir, ResultFile))
+	return b.String()
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) <= n {
+		return strings.Join(lines, "\n")
+	}
+	return fmt.Sprintf("(%d lines before)\n%s", len(lines)-n, strings.Join(lines[len(lines)-n:], "\n"))
 }
 
 // keptOnFailure is a directory for a run's files that outlives a failed
@@ -345,5 +378,28 @@ func TestTargetSoak(t *testing.T) {
 		if gs.State == soak.StateAllocated {
 			t.Errorf("%s is still Allocated after the run gave back what it kept", gs.Name)
 		}
+	}
+}
+
+func TestViolationSummaryNamesExamplesAndFiles(t *testing.T) {
+	r := &soak.Result{Promises: []soak.Promise{
+		{Name: soak.PromiseNoDoubleHold, Description: "no server held twice"},
+		{Name: soak.PromiseNoDangling, Description: "no server left Allocated", Violations: 2,
+			Examples: []string{"east/default/gs-1 is Allocated (one key, two servers)", "west/default/gs-9 is Allocated"}},
+	}}
+	got := violationSummary(r, "/kept")
+	for _, want := range []string{
+		"no-dangling: 2 (no server left Allocated)\n  - east/default/gs-1 is Allocated (one key, two servers)\n  - west/default/gs-9 is Allocated\n",
+		"in /kept;", "qm soak check --examples 50 /kept/history.jsonl /kept/snapshot.json", "qm report --out /kept/report /kept/result.json",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, soak.PromiseNoDoubleHold) {
+		t.Errorf("a promise held is named:\n%s", got)
+	}
+	if got := lastLines("a\nb\nc\n", 2); got != "(1 lines before)\nb\nc" {
+		t.Errorf("lastLines = %q", got)
 	}
 }
