@@ -81,12 +81,17 @@ func TestProgressLineSaysWhenTheLoadIsOver(t *testing.T) {
 	c.released.Store(90)
 	c.retries.Store(7)
 	c.fail("Unavailable")
-	line := progressLine(30*time.Second, time.Minute, c, "link-cut east->west")
+	line := progressLine(30*time.Second, time.Minute, false, c, "link-cut east->west")
 	if want := "30s/1m0s  requests 120  ok 100  released 90  tries again 7  errors Unavailable=1  fault: link-cut east->west"; line != want {
 		t.Errorf("during the load:\n got %q\nwant %q", line, want)
 	}
-	line = progressLine(75*time.Second, time.Minute, c, "none")
+	line = progressLine(75*time.Second, time.Minute, false, c, "none")
 	if want := "load over 15s ago, waiting for releases and resolves (up to 2m0s)  requests 120"; !strings.HasPrefix(line, want) {
 		t.Errorf("after the load:\n got %q\nwant it to start %q", line, want)
+	}
+	line = progressLine(40*time.Second, time.Minute, true, c, "link-cut east->west")
+	if want := "interrupted at 40s, ending the faults, waiting for releases and resolves (up to 2m0s)  requests 120"; !strings.HasPrefix(line, want) ||
+		!strings.HasSuffix(line, "fault: link-cut east->west") {
+		t.Errorf("interrupted:\n got %q\nwant it to start %q", line, want)
 	}
 }

@@ -481,7 +481,7 @@ func (d *driven) run(ctx context.Context, opt *Options, logf func(string, ...any
 	defer holdAt.Stop()
 	progressDone := make(chan struct{})
 	if opt.Progress != nil {
-		go progress(opt, start, count, inj, progressDone)
+		go progress(ctx, opt, start, count, inj, progressDone)
 	}
 
 	var sessMu sync.Mutex
@@ -586,7 +586,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 // progress writes a line every opt.ProgressEvery until done.
-func progress(opt *Options, start time.Time, c *counters, inj *injector, done <-chan struct{}) {
+func progress(ctx context.Context, opt *Options, start time.Time, c *counters, inj *injector, done <-chan struct{}) {
 	t := time.NewTicker(opt.ProgressEvery)
 	defer t.Stop()
 	for {
@@ -594,19 +594,23 @@ func progress(opt *Options, start time.Time, c *counters, inj *injector, done <-
 		case <-done:
 			return
 		case now := <-t.C:
-			fmt.Fprintln(opt.Progress, progressLine(now.Sub(start), opt.Duration, c, inj.inForce()))
+			fmt.Fprintln(opt.Progress, progressLine(now.Sub(start), opt.Duration, ctx.Err() != nil, c, inj.inForce()))
 		}
 	}
 }
 
 // progressLine is one progress line at elapsed into a run of duration.
-// Past the duration the load has stopped sending and waits on the
-// releases still being retried and the requests given up being resolved
-// (up to releaseRetryFor), which the line says rather than count past
-// the duration.
-func progressLine(elapsed, duration time.Duration, c *counters, faults string) string {
+// Past the duration, or once interrupted, the load has stopped sending
+// and waits on the faults' ends, the releases still being retried and
+// the requests given up being resolved (up to releaseRetryFor), which
+// the line says rather than count on as if the load went on.
+func progressLine(elapsed, duration time.Duration, interrupted bool, c *counters, faults string) string {
 	line := fmt.Sprintf("%s/%s", elapsed.Round(time.Second), duration)
-	if elapsed > duration {
+	switch {
+	case interrupted:
+		line = fmt.Sprintf("interrupted at %s, ending the faults, waiting for releases and resolves (up to %s)",
+			elapsed.Round(time.Second), releaseRetryFor)
+	case elapsed > duration:
 		line = fmt.Sprintf("load over %s ago, waiting for releases and resolves (up to %s)",
 			(elapsed - duration).Round(time.Second), releaseRetryFor)
 	}
