@@ -92,6 +92,18 @@ func (ix *Index) startBaseBuild(key groupKey) *build {
 	return b
 }
 
+// fileAllocated starts filing the Allocated servers that label groups
+// only count (see Index.allocFiled): from now on link files them, and a
+// build files the ones counted so far. Called with ix.mu held; it returns
+// the build, for the request that needs it to wait for.
+func (ix *Index) fileAllocated() *build {
+	ix.allocFiled = true
+	b := &build{done: make(chan struct{}), chunk: buildChunk}
+	ix.allocBuild = b
+	go ix.buildAllocated(b)
+	return b
+}
+
 // endKeyBuild ends k's build, if one is under way: it is finished, or k's
 // groups were dropped. Called with ix.mu held.
 func (ix *Index) endKeyBuild(k string) {
@@ -126,8 +138,16 @@ func (ix *Index) buildKey(b *build, k string) {
 			return
 		}
 		e := c.e
-		if e.removed || e.held || !allocatable(e.gs.State) || e.inKey(k) {
+		if e.removed || e.held || !allocatable(e.gs.State) {
 			continue
+		}
+		if i := e.inKey(k); i >= 0 {
+			if e.in[i].gn != nil || !ix.allocFiled {
+				continue // where it belongs already
+			}
+			// Counted, to be filed now (fileAllocated).
+			e.in[i].g.counted--
+			e.in = slices.Delete(e.in, i, i+1)
 		}
 		v, has := e.gs.Labels[k]
 		if !has {
@@ -177,6 +197,49 @@ func (ix *Index) buildBase(b *build, g *group) {
 	ix.endBaseBuild(key)
 }
 
+// buildAllocated files every server a label group counts (see
+// fileAllocated), in name order as other builds join theirs. A server
+// that has left its counted groups meanwhile has been filed by link, or
+// belongs in none; one a key's build filed meanwhile is skipped.
+func (ix *Index) buildAllocated(b *build) {
+	current := func() bool { return ix.allocBuild == b }
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	expect := 0
+	for _, g := range ix.groups {
+		expect += g.counted
+	}
+	found, _ := ix.collect(current, b.chunk, expect, (*entry).counted)
+	for i, c := range found {
+		if i > 0 && i%b.chunk == 0 {
+			ix.buildYield(current)
+		}
+		e := c.e
+		for j := 0; j < len(e.in); {
+			m := e.in[j]
+			if m.gn != nil {
+				j++
+				continue
+			}
+			m.g.counted--
+			e.in = slices.Delete(e.in, j, j+1)
+			ix.join(e, m.g) // files it, at the end of e.in
+		}
+	}
+	ix.allocBuild = nil
+	close(b.done)
+}
+
+// counted reports whether a group counts e without filing it.
+func (e *entry) counted() bool {
+	for _, m := range e.in {
+		if m.gn == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // collect is a build's pass: the servers for which keep is true, sorted by
 // name and namespace. It is called with ix.mu held and returns with it held,
 // releasing it between chunks and for the sort. ok is false when the build
@@ -221,14 +284,15 @@ func (ix *Index) buildYield(current func() bool) bool {
 	return current()
 }
 
-// inKey reports whether e is in one of label key k's groups.
-func (e *entry) inKey(k string) bool {
-	for _, m := range e.in {
+// inKey returns the position in e.in of e's membership of one of label
+// key k's groups, or -1 when it is in none.
+func (e *entry) inKey(k string) int {
+	for i, m := range e.in {
 		if m.g.key.label == k {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // inGroup reports whether e is in g.

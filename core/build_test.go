@@ -27,15 +27,17 @@ func modeFleet(n int) *Index {
 // under way, every unheld Ready or Allocated server is in exactly the
 // groups its namespace, state and tracked labels call for (the base group
 // of its namespace and state when there is one), no other server is in any,
-// and every group's member lists agree with its list of all members.
+// every group's member lists agree with its list of all members, and only
+// Allocated label groups count members without filing them, only while
+// the index does not file Allocated servers.
 func checkGroups(t *testing.T, ix *Index) {
 	t.Helper()
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if len(ix.keyBuilds) != 0 || len(ix.baseBuilds) != 0 {
-		t.Fatalf("%d key and %d base builds still under way", len(ix.keyBuilds), len(ix.baseBuilds))
+	if len(ix.keyBuilds) != 0 || len(ix.baseBuilds) != 0 || ix.allocBuild != nil {
+		t.Fatalf("%d key and %d base builds still under way (Allocated servers' filing: %v)", len(ix.keyBuilds), len(ix.baseBuilds), ix.allocBuild != nil)
 	}
-	members := map[*group]int{}
+	members, counted := map[*group]int{}, map[*group]int{}
 	for k, e := range ix.entries {
 		want := map[*group]bool{}
 		if !e.held && allocatable(e.gs.State) {
@@ -62,6 +64,13 @@ func checkGroups(t *testing.T, ix *Index) {
 			if !want[m.g] {
 				t.Errorf("%s is in group %+v, which it does not belong to", k.Name, m.g.key)
 			}
+			if m.gn == nil {
+				if ix.allocFiled || m.g.key.state != StateAllocated || m.g.key.label == "" || m.pos != -1 {
+					t.Errorf("%s: counted in %+v, not filed (Allocated servers filed: %v)", k.Name, m.g.key, ix.allocFiled)
+				}
+				counted[m.g]++
+				continue
+			}
 			if m.pos >= len(m.g.all) || m.g.all[m.pos] != e || m.gn.find(e) < 0 {
 				t.Errorf("%s: membership of %+v is stale", k.Name, m.g.key)
 			}
@@ -76,8 +85,9 @@ func checkGroups(t *testing.T, ix *Index) {
 				t.Errorf("group %+v: node %s's members are not in name order", key, gn.node.name)
 			}
 		}
-		if n != len(g.all) || members[g] != len(g.all) {
-			t.Errorf("group %+v: %d in node lists, %d in all, %d servers say they are in it", key, n, len(g.all), members[g])
+		if n != len(g.all) || members[g] != len(g.all) || counted[g] != g.counted {
+			t.Errorf("group %+v: %d in node lists, %d in all, %d servers say they are in it; %d counted, %d servers say so",
+				key, n, len(g.all), members[g], g.counted, counted[g])
 		}
 		checkGroupLinks(t, ix, g)
 	}
@@ -116,8 +126,8 @@ func checkGroupLinks(t *testing.T, ix *Index, g *group) {
 	}
 	// An empty label group is kept only for its other-state group's
 	// servers.
-	if empty := len(g.all) == 0 && g.key.label != ""; empty != g.kept || g.kept && (g.other == nil || len(g.other.all) == 0) {
-		t.Errorf("group %+v: %d members, kept %v, other-state group %v", g.key, len(g.all), g.kept, g.other != nil)
+	if empty := g.size() == 0 && g.key.label != ""; empty != g.kept || g.kept && (g.other == nil || g.other.size() == 0) {
+		t.Errorf("group %+v: %d members, kept %v, other-state group %v", g.key, g.size(), g.kept, g.other != nil)
 	}
 	for i, gn := range g.nodes {
 		if gn.g != g || gn.groupPos != i {
@@ -356,6 +366,61 @@ func TestBuildsUnderConcurrency(t *testing.T) {
 		if res, err := ix.Allocate(mustNormalize(t, &Request{Namespace: ns(i)}), t0, 1); err == nil {
 			ix.Abort(res)
 		}
+	}
+	checkGroups(t, ix)
+}
+
+// TestAllocatedFiledOnFirstUse: Allocated servers' label groups count
+// them without filing them until a request selects Allocated servers by a
+// label; that request is answered from the whole of them, and every later
+// change files them at once.
+func TestAllocatedFiledOnFirstUse(t *testing.T) {
+	ix := modeFleet(400)
+	packed := mustNormalize(t, &Request{Selectors: []Selector{{MatchLabels: map[string]string{"mode": "m1"}}}})
+	allocated := map[string]bool{}
+	for i := range 60 {
+		res, err := ix.AllocateAndCommit(packed, t0, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocated[res.GameServer.Name] = true
+	}
+	checkGroups(t, ix)
+	modeGroup := groupKey{"default", StateAllocated, "mode", "m1"}
+	ix.mu.Lock()
+	if g := ix.groups[modeGroup]; ix.allocFiled || g == nil || g.counted != 60 || len(g.all) != 0 || len(g.nodes) != 0 {
+		t.Errorf("before any request for Allocated servers: filed %v, group %+v", ix.allocFiled, g)
+	}
+	ix.mu.Unlock()
+
+	// Every Allocated m1 server is a candidate: Distributed, seeded,
+	// over many seeds, reaches many of them and nothing else.
+	realloc := mustNormalize(t, &Request{Scheduling: Distributed, Selectors: []Selector{{State: StateAllocated, MatchLabels: map[string]string{"mode": "m1"}}}})
+	reached := map[string]bool{}
+	for seed := range uint64(200) {
+		res, err := ix.Allocate(realloc, t0, seed)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if !allocated[res.Previous.Name] {
+			t.Fatalf("seed %d: re-allocated %s, which was not allocated", seed, res.Previous.Name)
+		}
+		reached[res.Previous.Name] = true
+		ix.Abort(res)
+	}
+	if len(reached) < 40 {
+		t.Errorf("200 seeded picks reached %d of the 60 Allocated servers", len(reached))
+	}
+	checkGroups(t, ix)
+	ix.mu.Lock()
+	g := ix.groups[modeGroup]
+	if !ix.allocFiled || g.counted != 0 || len(g.all) != 60 {
+		t.Errorf("after: filed %v, %d counted, %d filed", ix.allocFiled, g.counted, len(g.all))
+	}
+	ix.mu.Unlock()
+	// Later allocations are filed as they happen.
+	if _, err := ix.AllocateAndCommit(packed, t0, 99); err != nil {
+		t.Fatal(err)
 	}
 	checkGroups(t, ix)
 }

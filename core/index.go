@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -41,7 +42,10 @@ var ErrNoMatch = errors.New("no game server matches the request")
 // groups are kept from the start; any other group is built on first use by
 // one pass over the index, in chunks that let other callers in between
 // (build.go), then kept up to date incrementally, so a server is only in the
-// groups that requests actually use. A selector is served from its smallest
+// groups that requests actually use. Allocated servers' label groups only
+// count their servers until a request selects Allocated servers by a label
+// (Index.allocFiled): an allocation and a server's return then touch the
+// member lists of the Ready groups alone. A selector is served from its smallest
 // group. Within
 // a group each node has a name-sorted member list, and the nodes sit in a
 // skiplist in Packed order: most Allocated servers first, then most Ready,
@@ -83,6 +87,14 @@ type Index struct {
 	// under way (build.go): their structures are live but not yet complete.
 	keyBuilds  map[string]*build
 	baseBuilds map[groupKey]*build
+	// allocFiled says Allocated servers are filed in their label groups.
+	// Until a request selects Allocated servers, those groups only count
+	// their servers (group.counted): the Ready groups need no more of them
+	// (group.kept), and an allocation and a server's return then move it
+	// through half the member lists. The first such request files them
+	// (fileAllocated); allocBuild is that build while under way.
+	allocFiled bool
+	allocBuild *build
 	// keyCount, counterCount and listCount are how many servers (in any
 	// state) carry each label key, counter and list; nsCount how many live
 	// in each namespace. Requests naming what no server has are answered
@@ -154,6 +166,9 @@ type entry struct {
 	inline [2]membership
 }
 
+// membership is an entry's place in a group: its groupNode and its
+// position in g.all, or gn nil and pos -1 when the group only counts it
+// (see Index.allocFiled).
 type membership struct {
 	g   *group
 	gn  *groupNode
@@ -184,6 +199,11 @@ type nodeGroup struct {
 type group struct {
 	key groupKey
 	all []*entry
+	// counted is how many members the group counts without filing them
+	// (an Allocated label group while Index.allocFiled is false, and the
+	// members it had then until a build files them): they are in no
+	// member list and not in all.
+	counted int
 	// nodes are the group's groupNodes, each at its groupPos. A group
 	// keeps a node whose last member left until the node leaves the index
 	// (releaseNode), out of its order if it has one: servers come and go
@@ -213,6 +233,9 @@ type group struct {
 	dirty   []*groupNode
 	prios   []*prioIndex // per priority key, built when a request first uses it
 }
+
+// size is how many servers are in the group, filed or counted.
+func (g *group) size() int { return len(g.all) + g.counted }
 
 // groupNode is one node's members within one group.
 type groupNode struct {
@@ -912,10 +935,12 @@ func (ix *Index) untrack(k string) {
 	if ix.keyGroups[k] == 0 {
 		return
 	}
+	counted := false
 	for key, g := range ix.groups {
 		if key.label != k {
 			continue
 		}
+		counted = counted || g.counted > 0
 		for _, e := range g.all {
 			for j := range e.in {
 				if e.in[j].g == g {
@@ -924,8 +949,14 @@ func (ix *Index) untrack(k string) {
 				}
 			}
 		}
-		g.all = nil
+		g.all, g.counted = nil, 0
 		ix.dropGroup(g)
+	}
+	if counted {
+		// The counted members are listed nowhere but in their entries.
+		for _, e := range ix.entries {
+			e.in = slices.DeleteFunc(e.in, func(m membership) bool { return m.gn == nil && m.g.dropped })
+		}
 	}
 }
 
@@ -1007,6 +1038,11 @@ func (ix *Index) join(e *entry, g *group) {
 		g.kept = false
 		ix.moveKept(g.key.label, -1)
 	}
+	if !ix.allocFiled && g.key.state == StateAllocated && g.key.label != "" {
+		g.counted++
+		e.in = append(e.in, membership{g: g, pos: -1})
+		return
+	}
 	var gn *groupNode
 	for _, ng := range e.node.gns {
 		if ng.g == g {
@@ -1042,6 +1078,26 @@ func (ix *Index) join(e *entry, g *group) {
 }
 
 func (ix *Index) leave(e *entry, m membership) {
+	g := m.g
+	if m.gn == nil {
+		g.counted--
+	} else {
+		unfile(e, m)
+	}
+	if g.size() == 0 && g.key.label != "" {
+		// A label group exists only while someone is in it (link makes
+		// it again for the next member), or its other-state group.
+		if o := g.other; o != nil && o.size() > 0 {
+			g.kept = true
+			ix.moveKept(g.key.label, +1)
+		} else {
+			ix.dropGroup(g)
+		}
+	}
+}
+
+// unfile takes e out of the member lists of m, a group that files it.
+func unfile(e *entry, m membership) {
 	gn, g := m.gn, m.g
 	for _, p := range g.prios {
 		p.remove(e)
@@ -1076,16 +1132,6 @@ func (ix *Index) leave(e *entry, m membership) {
 				moved.in[j].pos = m.pos
 				break
 			}
-		}
-	}
-	if last == 0 && g.key.label != "" {
-		// A label group exists only while someone is in it (link makes
-		// it again for the next member), or its other-state group.
-		if o := g.other; o != nil && len(o.all) > 0 {
-			g.kept = true
-			ix.moveKept(g.key.label, +1)
-		} else {
-			ix.dropGroup(g)
 		}
 	}
 }
@@ -1191,6 +1237,12 @@ func (ix *Index) driverGroup(ns string, sel *Selector) (*group, *build) {
 		}
 		if b := ix.keyBuilds[k]; b != nil {
 			return nil, b
+		}
+		if st == StateAllocated && ix.allocBuild != nil {
+			return nil, ix.allocBuild
+		}
+		if st == StateAllocated && !ix.allocFiled {
+			return nil, ix.fileAllocated()
 		}
 		// A tracked key's groups hold all of its servers: none, none here.
 		g := ix.groups[groupKey{ns, st, k, v}]
