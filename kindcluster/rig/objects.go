@@ -121,9 +121,9 @@ func PolicyObjects(t *Topology, in string, endpoints map[string][]string, l cert
 	return out, nil
 }
 
-// writeManifests writes objects as YAML documents, atomically (the
+// WriteManifests writes objects as YAML documents, atomically (the
 // allocators watch the file).
-func writeManifests(path string, objs []*unstructured.Unstructured) error {
+func WriteManifests(path string, objs []*unstructured.Unstructured) error {
 	var b bytes.Buffer
 	for i, o := range objs {
 		if i > 0 {

@@ -559,7 +559,7 @@ func (r *Rig) installPolicies(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	if err := writeManifests(r.policiesFile(c.Name), objs); err != nil {
+	if err := WriteManifests(r.policiesFile(c.Name), objs); err != nil {
 		return err
 	}
 	if r.dry {

@@ -159,7 +159,7 @@ func TestPolicyObjectsReadByTheForwarder(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "policies.yaml")
-	if err := writeManifests(file, objs); err != nil {
+	if err := WriteManifests(file, objs); err != nil {
 		t.Fatal(err)
 	}
 	set, err := forward.LoadPolicies(file)

@@ -1,7 +1,6 @@
 package live
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,21 +203,10 @@ func (r *memRig) writePolicies(path string, endpoints map[string][]string) error
 	if err != nil {
 		return err
 	}
-	var b bytes.Buffer
-	for i, o := range objs {
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		y, err := yaml.Marshal(o.Object)
-		if err != nil {
-			return err
-		}
-		b.Write(y)
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, b.Bytes(), 0o600)
+	return rig.WriteManifests(path, objs)
 }
 
 // waitReady waits for an allocator's ready file and its /ready.
