@@ -31,7 +31,7 @@ func testCerts(t *testing.T, top *rig.Topology) certs.Layout {
 	t.Helper()
 	clients := []string{CallerIdentity}
 	for _, c := range top.Spec.Clusters {
-		clients = append(clients, forwarderPrefix+c.Name)
+		clients = append(clients, rig.ForwarderIdentity(c.Name))
 	}
 	res, err := certs.Generate(certs.GenerateOptions{Dir: filepath.Join(t.TempDir(), "certs"), Hosts: []string{"localhost"},
 		Clients: clients, Now: time.Now()})

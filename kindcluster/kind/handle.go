@@ -254,16 +254,7 @@ func (r *Rig) RotateSecrets(ctx context.Context, cluster string) error {
 	if err != nil {
 		return err
 	}
-	ca, err := certs.LoadAuthority(r.Certs)
-	if err != nil {
-		return err
-	}
-	id := forwarderPrefix + cluster
-	kp, err := ca.IssueClient(id, certs.ValidFor(time.Now().Add(-time.Minute), 24*time.Hour))
-	if err != nil {
-		return err
-	}
-	if err := certs.WriteKeyPair(r.Certs.ClientDir(id), kp); err != nil {
+	if err := rig.RenewForwarderCert(r.Certs, cluster); err != nil {
 		return err
 	}
 	objs, err := rig.PolicyObjects(r.Topology, cluster, linkEndpoints(r.Topology, i, r.HostAddress, r.opts.LinkPort), r.Certs)
@@ -297,7 +288,7 @@ func (r *Rig) RotateSecrets(ctx context.Context, cluster string) error {
 			continue
 		}
 		if dry {
-			note("update Secret %s/%s on %s's API server: a new client certificate for %s", o.GetNamespace(), o.GetName(), cluster, id)
+			note("update Secret %s/%s on %s's API server: a new client certificate for %s", o.GetNamespace(), o.GetName(), cluster, rig.ForwarderIdentity(cluster))
 			continue
 		}
 		res := dc.Resource(secretsGVR).Namespace(o.GetNamespace())

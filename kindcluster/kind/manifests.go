@@ -32,11 +32,6 @@ const (
 	agentName          = "qm-fleet-agent"
 )
 
-// forwarderPrefix + cluster is the identity a cluster's allocators present
-// to the others: the name rig.PolicyObjects reads the connection Secrets'
-// certificate under.
-const forwarderPrefix = "forwarder-"
-
 // File is one manifest file, applied with `kubectl apply -f` in order.
 type File struct {
 	Name string

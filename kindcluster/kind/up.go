@@ -385,10 +385,9 @@ func makeEmptyDir(dir string) error {
 // the host address, it reissues the server certificate for that name too
 // and keeps the CA and the client certificates.
 func (r *Rig) makeCerts(hostAddress string) error {
-	clients := []string{CallerIdentity}
-	hosts := []string{"127.0.0.1", "localhost"}
+	var clusters, hosts []string
 	for _, c := range r.Clusters {
-		clients = append(clients, forwarderPrefix+c.Name)
+		clusters = append(clusters, c.Name)
 		// A node's name on kind's network reaches its allocators too
 		// (NodeHost:AllocatorNodePort), for whoever forwards directly.
 		hosts = append(hosts, NodeHost(c.Name))
@@ -397,11 +396,11 @@ func (r *Rig) makeCerts(hostAddress string) error {
 		// The links between clusters are dialled here.
 		hosts = append(hosts, hostAddress)
 	}
-	res, err := certs.Generate(certs.GenerateOptions{Dir: filepath.Join(r.Dir, "certs"), Hosts: hosts, Clients: clients, Now: time.Now()})
+	l, err := rig.MakeCerts(filepath.Join(r.Dir, "certs"), clusters, hosts...)
 	if err != nil {
 		return err
 	}
-	r.Certs = res.Layout
+	r.Certs = l
 	return nil
 }
 

@@ -262,18 +262,50 @@ func (r *Rig) logf(format string, args ...any) {
 }
 
 func (r *Rig) makeCerts() error {
-	clients := []string{CallerIdentity}
+	var clusters []string
 	for _, c := range r.Topology.Spec.Clusters {
-		clients = append(clients, forwarderPrefix+c.Name)
+		clusters = append(clusters, c.Name)
 	}
-	res, err := certs.Generate(certs.GenerateOptions{
-		Dir: filepath.Join(r.Dir, "certs"), Hosts: []string{"127.0.0.1", "localhost"}, Clients: clients, Now: time.Now(),
-	})
+	l, err := MakeCerts(filepath.Join(r.Dir, "certs"), clusters)
 	if err != nil {
 		return err
 	}
-	r.Certs = res.Layout
+	r.Certs = l
 	return nil
+}
+
+// MakeCerts makes a rig's certificates in dir with certs.Generate: a CA, a
+// server certificate for 127.0.0.1, localhost and hosts, and the client
+// certificates of the callers (CallerIdentity) and of each cluster's
+// forwarder (ForwarderIdentity).
+func MakeCerts(dir string, clusters []string, hosts ...string) (certs.Layout, error) {
+	clients := []string{CallerIdentity}
+	for _, c := range clusters {
+		clients = append(clients, ForwarderIdentity(c))
+	}
+	res, err := certs.Generate(certs.GenerateOptions{
+		Dir: dir, Hosts: append([]string{"127.0.0.1", "localhost"}, hosts...), Clients: clients, Now: time.Now(),
+	})
+	if err != nil {
+		return certs.Layout{}, err
+	}
+	return res.Layout, nil
+}
+
+// RenewForwarderCert issues cluster's forwarder a new client certificate
+// (a new key) from the CA of l and writes it over the one in l, as an
+// operator rotating credentials would.
+func RenewForwarderCert(l certs.Layout, cluster string) error {
+	ca, err := certs.LoadAuthority(l)
+	if err != nil {
+		return err
+	}
+	id := ForwarderIdentity(cluster)
+	kp, err := ca.IssueClient(id, certs.ValidFor(time.Now().Add(-time.Minute), 24*time.Hour))
+	if err != nil {
+		return err
+	}
+	return certs.WriteKeyPair(l.ClientDir(id), kp)
 }
 
 // start runs a long-lived process the rig owns.
@@ -599,16 +631,7 @@ func (r *Rig) RotateSecrets(ctx context.Context, cluster string) error {
 	if i < 0 {
 		return fmt.Errorf("no cluster %q", cluster)
 	}
-	ca, err := certs.LoadAuthority(r.Certs)
-	if err != nil {
-		return err
-	}
-	id := forwarderPrefix + cluster
-	kp, err := ca.IssueClient(id, certs.ValidFor(time.Now().Add(-time.Minute), 24*time.Hour))
-	if err != nil {
-		return err
-	}
-	if err := certs.WriteKeyPair(r.Certs.ClientDir(id), kp); err != nil {
+	if err := RenewForwarderCert(r.Certs, cluster); err != nil {
 		return err
 	}
 	return r.installPolicies(ctx, i)

@@ -20,18 +20,6 @@ import (
 	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 )
 
-// The identities of the live rig's certificates.
-const (
-	// callerIdentity is the matchmaker's: it allocates, and releases
-	// sessions on whichever cluster served them (an admin, since a
-	// forwarded allocation belongs to the forwarding allocator).
-	callerIdentity = "caller"
-	// forwarderPrefix + cluster name is the identity a cluster's allocator
-	// presents when it forwards; rig.PolicyObjects puts that certificate in
-	// the connection Secrets.
-	forwarderPrefix = "forwarder-"
-)
-
 // memRig is a live rig of memory-backend `qm serve` processes joined by
 // latency links.
 type memRig struct {
@@ -61,15 +49,6 @@ type allocatorProc struct {
 	proc       kindcluster.Process
 }
 
-// rigLimits let every identity allocate in any namespace, and make the
-// callers an admin so they can release what a forwarder allocated for them.
-const rigLimits = `apiVersion: quartermaster.dev/v1alpha1
-kind: AllocatorLimits
-default: {namespaces: ["*"]}
-identities:
-  ` + callerIdentity + `: {admin: true, namespaces: ["*"]}
-`
-
 // startRig brings up one allocator per cluster of the plan, the links,
 // and the entry's policies. On failure it stops what it started.
 func startRig(ctx context.Context, p *Plan, qm, dir string, seed uint64, log io.Writer) (_ *memRig, err error) {
@@ -79,19 +58,19 @@ func startRig(ctx context.Context, p *Plan, qm, dir string, seed uint64, log io.
 			r.stop()
 		}
 	}()
-	clients := []string{callerIdentity}
+	// The certificates and limits of the local rig: the matchmaker
+	// (rig.CallerIdentity) allocates, and releases sessions on whichever
+	// cluster served them as an admin, since a forwarded allocation
+	// belongs to the forwarding allocator (rig.ForwarderIdentity).
+	var clusters []string
 	for _, c := range p.Clusters {
-		clients = append(clients, forwarderPrefix+c.Name)
+		clusters = append(clusters, c.Name)
 	}
-	res, err := certs.Generate(certs.GenerateOptions{
-		Dir: filepath.Join(dir, "certs"), Hosts: []string{"127.0.0.1", "localhost"}, Clients: clients, Now: time.Now(),
-	})
-	if err != nil {
+	if r.certs, err = rig.MakeCerts(filepath.Join(dir, "certs"), clusters); err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	r.certs = res.Layout
 	limits := filepath.Join(dir, "limits.yaml")
-	if err := os.WriteFile(limits, []byte(rigLimits), 0o600); err != nil {
+	if err := os.WriteFile(limits, []byte(rig.Limits), 0o600); err != nil {
 		return nil, err
 	}
 

@@ -27,6 +27,7 @@ import (
 	"github.com/quartermaster-dev/quartermaster/allocator/pb/allocation"
 	qmv1 "github.com/quartermaster-dev/quartermaster/allocator/pb/quartermaster/v1"
 	"github.com/quartermaster-dev/quartermaster/allocator/wire"
+	"github.com/quartermaster-dev/quartermaster/kindcluster/rig"
 	"github.com/quartermaster-dev/quartermaster/loadgen"
 	"github.com/quartermaster-dev/quartermaster/scenarios"
 	"github.com/quartermaster-dev/quartermaster/sim"
@@ -194,7 +195,7 @@ func Run(ctx context.Context, s *scenarios.Scenario, opt Options) (*Report, erro
 // run beside one load generator per stream, and the report is made of
 // what they measured.
 func drive(ctx context.Context, p *Plan, r liveRig, seed uint64, progress io.Writer, tr *liveTrace) (*Report, error) {
-	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certsDir(), callerIdentity))
+	tlsCfg, err := mtls.ClientConfig(mtls.ClientFilesFor(r.certsDir(), rig.CallerIdentity))
 	if err != nil {
 		return nil, err
 	}
