@@ -23,15 +23,23 @@ import (
 // it. The forwarder moves on to the next cluster, and the caller's retry
 // is a new request that allocates again.
 //
-// With a key (Caller.Keys), the allocation is held for the key instead:
-// the forwarder tries the same cluster again (Losses.KeyRetries times) and
-// gets the same server; a caller's retry is answered with it (or joins
-// the attempt still in flight, which the allocator answers once); the
-// session starts when an answer finally reaches the caller. A forwarder
-// that moves on leaves the allocation to be released by reconciliation,
-// ReconcileDelay later and once the cluster is reachable; an allocation
-// that no retry takes is released when the key's window (KeyWindow)
-// closes. Nothing leaks.
+// With a key (Caller.Keys), the allocation is held for the key instead,
+// and a keyed request never moves on from a cluster that may hold its
+// key's allocation. The forwarder tries the same cluster again
+// (Losses.KeyRetries times) and gets the same server; when those answers
+// are lost too, or the cluster cannot be reached, it answers the caller
+// Unavailable, and the caller sends the request again as its Retries and
+// RetryDelay say (a caller past its timeout has given up on that try
+// already). A caller's retry goes to the cluster holding the key's
+// allocation first and is answered with it (or joins the attempt still in
+// flight, which the allocator answers once); it goes on to the other
+// clusters only when that allocation is gone and the cluster has no
+// server for it. The session starts when an answer finally reaches the
+// caller. An allocation that no retry takes is released when the key's
+// window (KeyWindow) closes. Nothing leaks, and nothing is left for a
+// forwarder's reconciliation, which in the live allocator only sees
+// requests carrying keys of its own (not modelled): Losses.ReconcileDelay
+// has no effect, and Reconciled stays 0.
 //
 // Every draw comes from random streams of the model's own (per cluster
 // link and per caller), so a run with the model off, or with every rate
@@ -71,9 +79,12 @@ type LossResult struct {
 	// joined to the attempt in flight, where a request without a key
 	// would have allocated again.
 	DuplicatesAvoided uint64 `json:"duplicatesAvoided"`
-	// Reconciled is the keyed allocations released after the forwarder
-	// moved on from their cluster; KeyReleases those released when the
-	// key's window closed with no retry to take them.
+	// Reconciled is the keyed allocations released by a forwarder's
+	// reconciliation after it moved on from their cluster: none, as a
+	// keyed request never moves on from a cluster that may hold its
+	// allocation (the figure stays for files that name it). KeyReleases is
+	// those released when the key's window closed with no retry to take
+	// them.
 	Reconciled  uint64 `json:"reconciled"`
 	KeyReleases uint64 `json:"keyReleases"`
 	// Clusters are the figures per cluster.
@@ -84,7 +95,8 @@ type LossResult struct {
 type ClusterLosses struct {
 	LostOnLinks uint64 `json:"lostOnLinks"`
 	Leaked      uint64 `json:"leaked"`
-	Reconciled  uint64 `json:"reconciled"`
+	// Reconciled is 0, as LossResult.Reconciled.
+	Reconciled uint64 `json:"reconciled"`
 }
 
 // Event kinds of the loss model, after those of sim.go.
@@ -92,14 +104,8 @@ const (
 	evReplay        = iota + 100 // id: request; a keyed try reaches the cluster holding its allocation
 	evCallerTimeout              // id: call, r: attempt; the caller's timeout for an attempt
 	evCallerRetry                // id: call; the caller sends its request again
-	evRelease                    // id: pending release; a held allocation is given back
+	evRelease                    // id: pending release; a held allocation's key window closes
 	evReclaim                    // c, id: server slot; a leaked server shuts itself down
-)
-
-// Why a held allocation is released.
-const (
-	relReconcile = iota
-	relKeyWindow
 )
 
 type lossState struct {
@@ -128,6 +134,10 @@ type reqLoss struct {
 	attempt  int32
 	sent     int64 // when the current try was sent
 	keyTries int32 // tries of the current cluster again after lost answers
+	// unavailable: the forwarder ends the try Unavailable, as a cluster
+	// it cannot move on from may hold the key's allocation; the caller
+	// retries that.
+	unavailable bool
 }
 
 // call is one caller's request across its retries.
@@ -158,7 +168,6 @@ type heldAlloc struct {
 
 type pendingRelease struct {
 	cluster uint8
-	why     uint8
 	slot    int32
 	rev     uint64
 }
@@ -329,8 +338,8 @@ func (l *lossState) answer(id, slot int32) bool {
 	return true
 }
 
-// hold keeps slot's allocation for the call's key until a retry takes it,
-// the forwarder's reconciliation releases it, or the key's window closes.
+// hold keeps slot's allocation for the call's key until a retry takes it
+// or the key's window closes.
 func (l *lossState) hold(k *call, c int, slot int32) {
 	sv := &l.w.clusters[c].servers[slot]
 	if k.held.ok && int(k.held.cluster) == c && k.held.slot == slot && k.held.rev == sv.rev {
@@ -338,7 +347,7 @@ func (l *lossState) hold(k *call, c int, slot int32) {
 	}
 	sv.held = true
 	k.held = heldAlloc{ok: true, cluster: uint8(c), slot: slot, rev: sv.rev}
-	l.release(c, slot, sv.rev, relKeyWindow, l.w.now+int64(l.cfg.KeyWindow))
+	l.release(c, slot, sv.rev, l.w.now+int64(l.cfg.KeyWindow))
 }
 
 // leak leaves slot Allocated for nobody: until its fleet's idle shutdown,
@@ -359,7 +368,7 @@ func (l *lossState) leak(c int, slot int32) {
 
 // release schedules the release of an allocation held for a key, at or
 // after at and once the cluster is reachable.
-func (l *lossState) release(c int, slot int32, rev uint64, why uint8, at int64) {
+func (l *lossState) release(c int, slot int32, rev uint64, at int64) {
 	cl := l.w.clusters[c]
 	for moved := true; moved; {
 		moved = false
@@ -377,20 +386,19 @@ func (l *lossState) release(c int, slot int32, rev uint64, why uint8, at int64) 
 		l.pending = append(l.pending, pendingRelease{})
 		pi = int32(len(l.pending) - 1)
 	}
-	l.pending[pi] = pendingRelease{cluster: uint8(c), why: why, slot: slot, rev: rev}
+	l.pending[pi] = pendingRelease{cluster: uint8(c), slot: slot, rev: rev}
 	l.w.q.push(event{at: at, kind: evRelease, id: pi})
 }
 
 // lostBack is the forwarder learning that a try's answer was lost: with a
-// key it tries the same cluster again, up to KeyRetries times, then
-// moves on, leaving the allocation to reconciliation; without one it moves
-// on at once.
+// key it tries the same cluster again, up to KeyRetries times, and then
+// answers the caller Unavailable (the cluster may hold the key's
+// allocation, so it does not move on); without one it moves on at once.
 func (l *lossState) lostBack(id int32) {
 	w := l.w
 	r := &w.reqs[id]
 	lr := &l.reqs[id]
-	c := int(r.cluster)
-	if k := l.callOf(id); k != nil && k.held.ok && int(k.held.cluster) == c && l.callerOf(k).Keys {
+	if l.holdsKey(id) {
 		if int(lr.keyTries) < l.cfg.KeyRetries {
 			lr.keyTries++
 			l.tot.ForwardRetries++
@@ -398,11 +406,36 @@ func (l *lossState) lostBack(id int32) {
 			w.tryNext(id)
 			return
 		}
-		l.release(c, k.held.slot, k.held.rev, relReconcile, w.now+int64(l.cfg.ReconcileDelay))
-		k.held = heldAlloc{}
+		l.failUnavailable(id)
+		return
 	}
 	lr.keyTries = 0
 	w.tryNext(id)
+}
+
+// holdsKey says whether request id carries its caller's key and its
+// current cluster may hold the key's allocation.
+func (l *lossState) holdsKey(id int32) bool {
+	k := l.callOf(id)
+	return k != nil && k.held.ok && k.held.cluster == l.w.reqs[id].cluster && l.callerOf(k).Keys
+}
+
+// unreachable is told of a try of request id that could not reach its
+// cluster; it reports whether it ended the request, as a keyed request
+// whose allocation that cluster may hold cannot go past it.
+func (l *lossState) unreachable(id int32) bool {
+	if !l.holdsKey(id) {
+		return false
+	}
+	l.failUnavailable(id)
+	return true
+}
+
+// failUnavailable ends keyed request id Unavailable, an answer its
+// caller retries; the key's allocation stays held for that retry.
+func (l *lossState) failUnavailable(id int32) {
+	l.reqs[id].unavailable = true
+	l.w.finish(id, outTimeout, 0)
 }
 
 // replay answers a keyed try at the cluster holding its key's allocation:
@@ -443,12 +476,32 @@ func (l *lossState) finished(id int32, out int) {
 	if lr.attempt == k.attempt && k.inFlight {
 		k.inFlight = false
 		t := l.callerOf(k).Timeout
-		if out != outLost && (t == 0 || l.w.now <= k.start+int64(t)) {
+		waiting := t == 0 || l.w.now <= k.start+int64(t)
+		switch {
+		case waiting && lr.unavailable:
+			l.retryAfterFailure(ci)
+		case waiting && out != outLost:
 			k.done, k.closed = true, true
 		}
 	}
 	lr.call = 0
 	l.maybeFree(ci)
+}
+
+// retryAfterFailure is call ci's caller answered with a failure it
+// retries: it sends the request again RetryDelay later, or gives up when
+// it has no retries left.
+func (l *lossState) retryAfterFailure(ci int32) {
+	k := &l.calls[ci]
+	cc := l.callerOf(k)
+	if int(k.attempt) >= cc.Retries {
+		l.tot.CallersFailed++
+		k.done, k.closed = true, true
+		return
+	}
+	// The attempt's timeout, still pending, must not send it again too.
+	k.retrying = true
+	l.w.q.push(event{at: l.w.now + int64(cc.RetryDelay), kind: evCallerRetry, id: ci})
 }
 
 // timeout is the caller's timeout for attempt a of call ci.
@@ -458,7 +511,7 @@ func (l *lossState) timeout(ci int32, a uint16) {
 		return
 	}
 	k.timer = false
-	if k.done {
+	if k.done || k.retrying {
 		l.maybeFree(ci)
 		return
 	}
@@ -473,8 +526,9 @@ func (l *lossState) timeout(ci int32, a uint16) {
 	l.w.q.push(event{at: l.w.now + int64(cc.RetryDelay), kind: evCallerRetry, id: ci})
 }
 
-// retry sends call ci's request again: joined to the attempt in flight or
-// answered from the key's allocation with a key, a new request otherwise.
+// retry sends call ci's request again: with a key, joined to the attempt
+// in flight, or sent to the cluster holding the key's allocation first;
+// a new request routed afresh otherwise.
 func (l *lossState) retry(ci int32) {
 	w := l.w
 	k := &l.calls[ci]
@@ -495,13 +549,25 @@ func (l *lossState) retry(ci int32) {
 	id := w.begin(int(k.stream), k.arrival, mix(k.seed+uint64(k.attempt)))
 	lr := l.request(id)
 	l.attach(ci, id, lr)
+	w.route(s, id)
 	if keyed && k.held.ok {
-		r := &w.reqs[id]
-		r.order[0], r.n = k.held.cluster, 1
-	} else {
-		w.route(s, id)
+		heldFirst(&w.reqs[id], k.held.cluster)
 	}
 	w.tryNext(id)
+}
+
+// heldFirst puts cluster c first in r's order, the others after it in
+// their order. A cluster the order lacks (no policy in force names it now)
+// is the only one tried.
+func heldFirst(r *request, c uint8) {
+	for i := 0; i < int(r.n); i++ {
+		if r.order[i] == c {
+			copy(r.order[1:i+1], r.order[:i])
+			r.order[0] = c
+			return
+		}
+	}
+	r.order[0], r.n = c, 1
 }
 
 func (l *lossState) maybeFree(ci int32) {
@@ -531,12 +597,7 @@ func (l *lossState) event(e *event) {
 			return
 		}
 		sv.held = false
-		if p.why == relReconcile {
-			l.tot.Reconciled++
-			l.clusters[p.cluster].Reconciled++
-		} else {
-			l.tot.KeyReleases++
-		}
+		l.tot.KeyReleases++
 		w.sessionEnd(cl, p.slot)
 	case evReclaim:
 		cl := w.clusters[e.c]

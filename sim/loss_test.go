@@ -103,8 +103,13 @@ func TestLostAnswersDoNotLeakWithKeys(t *testing.T) {
 	if l.Leaked != 0 || l.LeakedServerHours != 0 {
 		t.Fatalf("keys leaked: %+v", l)
 	}
-	if l.DuplicatesAvoided == 0 || l.ForwardRetries == 0 || l.Reconciled == 0 {
+	if l.DuplicatesAvoided == 0 || l.ForwardRetries == 0 {
 		t.Fatalf("keys avoided nothing: %+v", l)
+	}
+	// A keyed request never moves on from a cluster that may hold its
+	// allocation, so nothing is left for reconciliation.
+	if l.Reconciled != 0 || l.Clusters["a"].Reconciled != 0 {
+		t.Fatalf("keyed allocations reconciled: %+v", l)
 	}
 	// Every server is back to Ready by the end: nothing holds one.
 	if got := allocatedAtEnd(res); got != 0 {
@@ -260,6 +265,89 @@ func TestKeyWindowReleasesUntakenAllocations(t *testing.T) {
 		t.Fatalf("losses %+v", l)
 	}
 	if l.KeyReleases != l.LostToCallers+l.GaveUp || l.Leaked != 0 || allocatedAtEnd(res) != 0 {
+		t.Fatalf("losses %+v, %d Allocated at the end", l, allocatedAtEnd(res))
+	}
+}
+
+// keyedPair is two clusters, a tried first and b after it, and a keyed
+// caller whose calls arrive at the given instants; the forwarder does not
+// try a cluster again after a lost answer (KeyRetries 0), so each lost
+// answer ends its try Unavailable to the caller at once.
+func keyedPair(linkLoss float64, arrivals []time.Duration) *Config {
+	cfg := lossyRun(true, linkLoss, 0)
+	cfg.Duration = 10 * time.Minute
+	cfg.Streams[0].Rate = RateSpec{}
+	cfg.Streams[0].Arrivals = arrivals
+	cfg.Streams[0].Caller = &Caller{Timeout: 10 * time.Second, Retries: 40, RetryDelay: 100 * time.Millisecond, Keys: true}
+	cfg.Losses = &Losses{KeyRetries: 0, ReconcileDelay: time.Second, KeyWindow: 5 * time.Minute}
+	return cfg
+}
+
+// After a lost answer a keyed request does not move on to the next
+// cluster: its caller is answered Unavailable, and its retry is served by
+// the cluster holding the key's allocation, with that allocation. Nothing
+// is ever allocated at the other cluster, and each call allocates once.
+func TestKeyedRetryServedWhereTheKeyIsHeld(t *testing.T) {
+	var arrivals []time.Duration
+	for i := range 60 {
+		arrivals = append(arrivals, time.Duration(i)*3*time.Second)
+	}
+	res, err := Run(keyedPair(0.4, arrivals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.Losses
+	if l.LostOnLinks < 10 {
+		t.Fatalf("too few answers lost to test anything: %+v", l)
+	}
+	if got := res.Clusters["b"].Allocated; got != 0 {
+		t.Fatalf("cluster b allocated %d servers: keyed requests moved on past a cluster holding their allocation", got)
+	}
+	if got := res.Clusters["a"].Allocated; got != uint64(len(arrivals)) {
+		t.Fatalf("cluster a made %d allocations for %d calls", got, len(arrivals))
+	}
+	if res.Totals.Allocated != uint64(len(arrivals)) || l.CallersFailed != 0 {
+		t.Fatalf("%d of %d calls served, %d callers failed", res.Totals.Allocated, len(arrivals), l.CallersFailed)
+	}
+	// Every lost answer was answered Unavailable, retried by its caller
+	// and replayed from the key's allocation (a replay's answer may be
+	// lost again, and retried again).
+	if res.Totals.Unavailable != l.LostOnLinks || l.CallerRetries != l.LostOnLinks || l.DuplicatesAvoided != l.LostOnLinks {
+		t.Fatalf("%d unavailable, losses %+v", res.Totals.Unavailable, l)
+	}
+	if l.Reconciled != 0 || l.Leaked != 0 || l.KeyReleases != 0 || l.ForwardRetries != 0 {
+		t.Fatalf("losses %+v", l)
+	}
+	if got := allocatedAtEnd(res); got != 0 {
+		t.Fatalf("%d servers Allocated at the end", got)
+	}
+}
+
+// A keyed request whose retry cannot reach the cluster holding its key's
+// allocation is answered Unavailable, and is not served by the other
+// cluster; the allocation is released when the key's window closes.
+func TestKeyedRetryWaitsForTheClusterHoldingTheKey(t *testing.T) {
+	cfg := keyedPair(1, []time.Duration{0})
+	cfg.Losses.KeyRetries = 1
+	cfg.Streams[0].Caller.Retries = 5
+	// The forwarder's own retry reaches a (and loses its answer too);
+	// every retry of the caller's finds a down.
+	cfg.Outages = []Outage{{Cluster: "a", Start: 1500 * time.Millisecond, End: 2 * time.Minute}}
+	res, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.Losses
+	if res.Clusters["b"].Allocated != 0 || res.Totals.Allocated != 0 {
+		t.Fatalf("served elsewhere: b allocated %d, %d answered", res.Clusters["b"].Allocated, res.Totals.Allocated)
+	}
+	if res.Clusters["a"].Allocated != 1 || l.LostOnLinks != 2 || l.ForwardRetries != 1 {
+		t.Fatalf("a allocated %d; losses %+v", res.Clusters["a"].Allocated, l)
+	}
+	if l.CallerRetries != 5 || l.CallersFailed != 1 || res.Totals.Unavailable != 6 {
+		t.Fatalf("%d unavailable; losses %+v", res.Totals.Unavailable, l)
+	}
+	if l.KeyReleases != 1 || l.Leaked != 0 || l.Reconciled != 0 || allocatedAtEnd(res) != 0 {
 		t.Fatalf("losses %+v, %d Allocated at the end", l, allocatedAtEnd(res))
 	}
 }

@@ -816,6 +816,9 @@ func (w *world) back(id int32) {
 		r.contention = true
 	case outTimeout:
 		cl.m.Unavailable++
+		if w.loss != nil && w.loss.unreachable(id) {
+			return
+		}
 	case outLost:
 		w.loss.lostBack(id)
 		return
