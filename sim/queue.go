@@ -14,35 +14,49 @@ type event struct {
 
 // queue hands out events in (at, seq) order. Most pending events are far
 // off (a session's end, minutes away), and most pushes and pops are near
-// (a round trip, a write), so the queue keeps three tiers:
+// (a round trip, a write), so the queue keeps four tiers:
 //
 //   - near: a 4-ary min-heap of the events of the current time bucket
 //     (bucket = at >> bucketShift), the only ones ever compared;
-//   - ring: for each of the next ringSize-1 buckets, its events unsorted,
-//     each filed by an append;
-//   - far: a 4-ary min-heap of the events beyond the ring, moved into the
-//     ring as the current bucket comes within ringSize of theirs.
+//   - fine: for each later bucket of the current block (block = bucket >>
+//     fineBits), its events unsorted, each filed by an append;
+//   - coarse: for each of the next coarseSize-1 blocks, its events
+//     unsorted, moved into fine when their block becomes the current one;
+//   - far: a 4-ary min-heap of the events beyond those blocks, moved into
+//     coarse as their block comes within reach.
 //
-// Invariant: every event in near is in the current bucket or earlier, every
-// event in ring or far is in a later one. When near runs dry the next
-// non-empty bucket is heaped into it, so the earliest event of near is the
-// earliest of all, and ties are broken by seq exactly as one heap would.
+// The two rings keep the appends of a push in few places: a session's end,
+// minutes ahead, goes to one of a few dozen coarse blocks, whose tails stay
+// in the cache, where one ring of fine buckets that far ahead would take a
+// cache miss for nearly every push.
+//
+// Invariant: every event in near is in the current bucket or earlier,
+// every event in fine is in a later bucket of the current block, every
+// event in coarse in a later block within reach, every event in far beyond.
+// When near runs dry the next non-empty bucket is heaped into it, so the
+// earliest event of near is the earliest of all, and ties are broken by seq
+// exactly as one heap would.
 type queue struct {
-	near   []event
-	ring   [][]event
-	inRing int
-	far    []event
-	cur    int64 // the current bucket
-	seq    uint64
+	near     []event
+	fine     [][]event
+	inFine   int
+	coarse   [][]event
+	inCoarse int
+	far      []event
+	cur      int64 // the current bucket
+	seq      uint64
 }
 
 const (
 	bucketShift = 26 // 2^26 ns: a bucket is about 67 ms of virtual time
-	ringSize    = 1 << 16
-	ringMask    = ringSize - 1
+	fineBits    = 10 // a block is 1024 buckets, about 69 s
+	fineSize    = 1 << fineBits
+	fineMask    = fineSize - 1
+	coarseSize  = 1 << 8 // the coarse ring reaches about 4.9 hours ahead
+	coarseMask  = coarseSize - 1
 )
 
-func (q *queue) len() int { return len(q.near) + q.inRing + len(q.far) }
+func (q *queue) len() int { return len(q.near) + q.inFine + q.inCoarse + len(q.far) }
 
 func less(a, b *event) bool {
 	if a.at != b.at {
@@ -55,16 +69,30 @@ func less(a, b *event) bool {
 func (q *queue) push(e event) {
 	q.seq++
 	e.seq = q.seq
-	b := e.at >> bucketShift
-	switch {
-	case b <= q.cur:
+	if e.at>>bucketShift <= q.cur {
 		q.near = heapPush(q.near, e)
-	case b < q.cur+ringSize:
-		if q.ring == nil {
-			q.ring = make([][]event, ringSize)
+		return
+	}
+	q.file(e)
+}
+
+// file puts e, of a bucket after the current one, in its tier.
+func (q *queue) file(e event) {
+	b := e.at >> bucketShift
+	blk, cur := b>>fineBits, q.cur>>fineBits
+	switch {
+	case blk == cur:
+		if q.fine == nil {
+			q.fine = make([][]event, fineSize)
 		}
-		q.ring[b&ringMask] = append(q.ring[b&ringMask], e)
-		q.inRing++
+		q.fine[b&fineMask] = append(q.fine[b&fineMask], e)
+		q.inFine++
+	case blk < cur+coarseSize:
+		if q.coarse == nil {
+			q.coarse = make([][]event, coarseSize)
+		}
+		q.coarse[blk&coarseMask] = append(q.coarse[blk&coarseMask], e)
+		q.inCoarse++
 	default:
 		q.far = heapPush(q.far, e)
 	}
@@ -92,30 +120,22 @@ func (q *queue) peek() int64 {
 // near. The queue must not be empty.
 func (q *queue) refill() {
 	for len(q.near) == 0 {
-		if q.inRing == 0 {
-			// Nothing within the ring: jump to the far heap's first bucket.
-			q.cur = q.far[0].at >> bucketShift
-		} else {
+		switch {
+		case q.inFine > 0:
+			// A later bucket of the current block holds events.
 			q.cur++
+		case q.inCoarse > 0:
+			q.enter((q.cur>>fineBits + 1) << fineBits)
+		default:
+			q.enter(q.far[0].at >> bucketShift)
 		}
-		for len(q.far) > 0 && q.far[0].at>>bucketShift < q.cur+ringSize {
-			var e event
-			e, q.far = heapPop(q.far)
-			if q.ring == nil {
-				q.ring = make([][]event, ringSize)
-			}
-			// The current bucket's slot is taken into near just below.
-			b := e.at >> bucketShift
-			q.ring[b&ringMask] = append(q.ring[b&ringMask], e)
-			q.inRing++
-		}
-		if q.ring == nil {
+		if q.fine == nil {
 			continue
 		}
-		slot := &q.ring[q.cur&ringMask]
+		slot := &q.fine[q.cur&fineMask]
 		if n := len(*slot); n > 0 {
 			q.near = append(q.near, *slot...)
-			q.inRing -= n
+			q.inFine -= n
 			clear(*slot)
 			*slot = (*slot)[:0]
 		}
@@ -123,6 +143,39 @@ func (q *queue) refill() {
 	for i := (len(q.near) - 2) / 4; i >= 0; i-- {
 		siftDown(q.near, i, q.near[i])
 	}
+}
+
+// enter makes bucket b, in a later block than the current bucket's, the
+// current one; fine must be empty and b's block the first with events in
+// coarse or far. The block's coarse events go to fine (or near, those of b
+// itself), and far events whose block comes within reach move up.
+func (q *queue) enter(b int64) {
+	q.cur = b
+	blk := b >> fineBits
+	if q.coarse != nil {
+		slot := &q.coarse[blk&coarseMask]
+		q.inCoarse -= len(*slot)
+		for _, e := range *slot {
+			q.refile(e)
+		}
+		clear(*slot)
+		*slot = (*slot)[:0]
+	}
+	for len(q.far) > 0 && q.far[0].at>>(bucketShift+fineBits) < blk+coarseSize {
+		var e event
+		e, q.far = heapPop(q.far)
+		q.refile(e)
+	}
+}
+
+// refile puts e, pushed before the current bucket moved on, in its tier
+// now: near (unsorted; refill heaps it) when it is in the current bucket.
+func (q *queue) refile(e event) {
+	if e.at>>bucketShift <= q.cur {
+		q.near = append(q.near, e)
+		return
+	}
+	q.file(e)
 }
 
 // The heaps are 4-ary: half as deep as a binary one, and a node's children

@@ -29,7 +29,8 @@ func TestQueueOrdersByTimeThenInsertion(t *testing.T) {
 }
 
 // TestQueueMatchesSortedOrder interleaves pushes and pops over times that
-// fall in the current bucket, the ring and beyond it (the far heap), the
+// fall in the current bucket, the fine ring, the coarse ring and beyond it
+// (the far heap), the
 // way the simulator does (nothing is scheduled before the last event
 // popped), and checks every pop against a plain heap ordered by time, then
 // push order.
@@ -38,8 +39,9 @@ func TestQueueMatchesSortedOrder(t *testing.T) {
 	var q queue
 	var ref refHeap
 	now, id := int64(0), int32(0)
-	spans := []int64{1 << 20, 1 << bucketShift, 50 << bucketShift, ringSize << bucketShift, 3 * ringSize << bucketShift}
-	popped, sawRing, sawFar := 0, false, false
+	spans := []int64{1 << 20, 1 << bucketShift, 50 << bucketShift, fineSize << bucketShift, 50 * fineSize << bucketShift,
+		coarseSize * fineSize << bucketShift, 3 * coarseSize * fineSize << bucketShift}
+	popped, sawFine, sawCoarse, sawFar := 0, false, false, false
 	for step := 0; ; step++ {
 		if step < 60_000 && (q.len() == 0 || r.IntN(3) > 0) {
 			// Several at the same time now and then, for the tie-break.
@@ -50,7 +52,8 @@ func TestQueueMatchesSortedOrder(t *testing.T) {
 			q.push(event{at: at, id: id})
 			heap.Push(&ref, event{at: at, id: id})
 			id++
-			sawRing = sawRing || q.inRing > 0
+			sawFine = sawFine || q.inFine > 0
+			sawCoarse = sawCoarse || q.inCoarse > 0
 			sawFar = sawFar || len(q.far) > 0
 			continue
 		}
@@ -71,8 +74,8 @@ func TestQueueMatchesSortedOrder(t *testing.T) {
 			t.Fatalf("len %d, want %d", q.len(), ref.Len())
 		}
 	}
-	if popped != int(id) || !sawRing || !sawFar {
-		t.Fatalf("%d pushed, %d popped; ring used: %v, far heap used: %v", id, popped, sawRing, sawFar)
+	if popped != int(id) || !sawFine || !sawCoarse || !sawFar {
+		t.Fatalf("%d pushed, %d popped; fine ring used: %v, coarse ring used: %v, far heap used: %v", id, popped, sawFine, sawCoarse, sawFar)
 	}
 }
 
