@@ -45,6 +45,17 @@ func TestLostAnswersScenarios(t *testing.T) {
 	if with.Losses.DuplicatesAvoided == 0 || with.Losses.LostOnLinks == 0 || with.Losses.LostToCallers == 0 {
 		t.Errorf("with keys: %+v", with.Losses)
 	}
+	// A keyed request never moves on from the cloud after a lost answer:
+	// each loss is followed by the forwarder's try of the cloud again
+	// (routing.keyRetries 1) or, after two, by Unavailable to the
+	// matchmaker, who retries it; nothing is left to reconcile.
+	l := with.Losses
+	if l.Reconciled != 0 || l.Clusters["cloud"].Reconciled != 0 {
+		t.Errorf("with keys: %d allocations reconciled after the forwarder moved on", l.Reconciled)
+	}
+	if u := with.Totals.Unavailable; u == 0 || l.LostOnLinks != l.ForwardRetries+u || l.CallerRetries != l.LostToCallers+l.GaveUp+u {
+		t.Errorf("with keys: %d answered Unavailable, losses %+v", u, l)
+	}
 	for i := range plain.Spec.Workload {
 		plain.Spec.Workload[i].Caller.Keys = true
 	}

@@ -63,11 +63,12 @@ type Routing struct {
 	Deadline Duration `yaml:"deadline,omitempty" json:"deadline,omitempty"`
 	// KeyRetries is how many times the forwarder tries the same cluster
 	// again, with the request's idempotency key, after its answer was
-	// lost, before it moves on (default 1).
+	// lost, before it answers the caller Unavailable (default 1).
 	KeyRetries *int `yaml:"keyRetries,omitempty" json:"keyRetries,omitempty"`
-	// ReconcileDelay is how long after the forwarder moved on a cluster
-	// releases the key's allocation there (default 1s; never while the
-	// cluster is down).
+	// ReconcileDelay is accepted, and has no effect: a keyed request
+	// never moves on from a cluster that may hold its allocation, so the
+	// model leaves nothing for the forwarder to reconcile (see
+	// sim.Losses).
 	ReconcileDelay Duration `yaml:"reconcileDelay,omitempty" json:"reconcileDelay,omitempty"`
 	// KeyWindow is how long an allocation made for a key waits for a
 	// retry to take it before it is released (default 10m).

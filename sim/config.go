@@ -193,21 +193,24 @@ type Caller struct {
 	Retries    int
 	RetryDelay time.Duration
 	// Keys makes the caller send an idempotency key, the same on every
-	// retry: a retry is answered with the allocation the key already has
-	// (or joins the attempt still in flight), and a forwarder that lost a
-	// keyed answer tries the same cluster again before it moves on.
+	// retry: a retry goes to the cluster holding the key's allocation
+	// first and is answered with it (or joins the attempt still in
+	// flight), and a forwarder that lost a keyed answer tries the same
+	// cluster again and never moves on from it: it answers the caller
+	// Unavailable, which the caller retries.
 	Keys bool
 }
 
 // Losses are the forwarders' and allocators' settings for lost answers.
 type Losses struct {
 	// KeyRetries is how many times a forwarder tries the same cluster
-	// again, with the key, after a keyed answer was lost, before it moves
-	// on to the next cluster.
+	// again, with the key, after a keyed answer was lost, before it
+	// answers the caller Unavailable.
 	KeyRetries int
-	// ReconcileDelay is how long after a forwarder moved on from a cluster
-	// that cluster releases the key's allocation (and never while it is
-	// down: the release waits for its outage to end).
+	// ReconcileDelay is accepted and has no effect: a forwarder
+	// reconciles only allocations made with keys of its own, which the
+	// model does not send, and a caller-keyed request never leaves one
+	// behind.
 	ReconcileDelay time.Duration
 	// KeyWindow is how long an allocation made for a key waits for a
 	// retry to take it; then it is released (0: DefaultKeyWindow).

@@ -33,9 +33,11 @@
 // cluster's link back to the forwarder, or on the way to the caller, or
 // after the caller gave up at its timeout. Without idempotency keys each
 // such allocation is a leaked server and the retry allocates another; with
-// keys the forwarder and the caller get the same server again, and what no
-// one takes is released. Results then carry a losses section: leaks (and per
-// hour), retries, duplicate allocations avoided, reconciliations. Its draws
+// keys the forwarder and the caller get the same server again (a keyed
+// request never moves on from a cluster that may hold its allocation: its
+// caller is answered Unavailable and retries there), and what no one takes
+// is released. Results then carry a losses section: leaks (and per hour),
+// retries, duplicate allocations avoided, key-window releases. Its draws
 // come from random streams of its own, so at zero rates a run is the same.
 //
 // Latencies are recorded as loadgen records live ones, in an HdrHistogram
