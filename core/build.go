@@ -142,7 +142,7 @@ func (ix *Index) buildKey(b *build, k string) {
 			continue
 		}
 		if i := e.inKey(k); i >= 0 {
-			if e.in[i].gn != nil || !ix.allocFiled {
+			if e.in[i].pos >= 0 || !ix.allocFiled {
 				continue // where it belongs already
 			}
 			// Counted, to be filed now (fileAllocated).
@@ -217,7 +217,7 @@ func (ix *Index) buildAllocated(b *build) {
 		e := c.e
 		for j := 0; j < len(e.in); {
 			m := e.in[j]
-			if m.gn != nil {
+			if m.pos >= 0 {
 				j++
 				continue
 			}
@@ -233,7 +233,7 @@ func (ix *Index) buildAllocated(b *build) {
 // counted reports whether a group counts e without filing it.
 func (e *entry) counted() bool {
 	for _, m := range e.in {
-		if m.gn == nil {
+		if m.pos < 0 {
 			return true
 		}
 	}

@@ -45,10 +45,10 @@ var ErrNoMatch = errors.New("no game server matches the request")
 // groups that requests actually use. Allocated servers' label groups only
 // count their servers until a request selects Allocated servers by a label
 // (Index.allocFiled): an allocation and a server's return then touch the
-// member lists of the Ready groups alone. A selector is served from its smallest
-// group. Within
-// a group each node has a name-sorted member list, and the nodes sit in a
-// skiplist in Packed order: most Allocated servers first, then most Ready,
+// member lists of the Ready groups alone. A selector is served from its
+// smallest group. Within a group asked for Packed order each node has a
+// name-sorted member list (made at that first request), and the nodes sit
+// in a skiplist in Packed order: most Allocated servers first, then most Ready,
 // then by the name of their first member. Per-node counts change with every
 // allocation; instead of re-sorting every group a node is in, the change
 // marks the node dirty in each group and a group re-sorts its dirty nodes
@@ -166,9 +166,9 @@ type entry struct {
 	inline [2]membership
 }
 
-// membership is an entry's place in a group: its groupNode and its
-// position in g.all, or gn nil and pos -1 when the group only counts it
-// (see Index.allocFiled).
+// membership is an entry's place in a group: its position in g.all and,
+// in an ordered group, its groupNode (nil in another); pos is -1 when the
+// group only counts it (see Index.allocFiled).
 type membership struct {
 	g   *group
 	gn  *groupNode
@@ -204,11 +204,11 @@ type group struct {
 	// members it had then until a build files them): they are in no
 	// member list and not in all.
 	counted int
-	// nodes are the group's groupNodes, each at its groupPos. A group
+	// nodes are an ordered group's groupNodes, each at its groupPos (an
+	// unordered group needs no member lists: all is all it keeps). A group
 	// keeps a node whose last member left until the node leaves the index
-	// (releaseNode), out of its order if it has one: servers come and go
-	// on the same nodes, and each return would otherwise make the
-	// groupNode anew. Starting the order drops the empty ones.
+	// (releaseNode), out of its order: servers come and go on the same
+	// nodes, and each return would otherwise make the groupNode anew.
 	nodes []*groupNode
 	// dropped says dropGroup took the group out of the index; other says
 	// which group has the same namespace and label but the other
@@ -225,9 +225,9 @@ type group struct {
 	// groups, and to driverGroup. Dropped with its other-state group.
 	kept bool
 	// ordered says the group keeps its nodes in Packed order. It starts
-	// false and turns true on the first Packed query; until then node
-	// count changes do not touch the group at all (a group served only
-	// Distributed requests, or none, needs no order).
+	// false and turns true on the first Packed query; until then the group
+	// keeps no member lists and node count changes do not touch it at all
+	// (a group served only Distributed requests, or none, needs neither).
 	ordered bool
 	order   nodeOrder
 	dirty   []*groupNode
@@ -955,7 +955,7 @@ func (ix *Index) untrack(k string) {
 	if counted {
 		// The counted members are listed nowhere but in their entries.
 		for _, e := range ix.entries {
-			e.in = slices.DeleteFunc(e.in, func(m membership) bool { return m.gn == nil && m.g.dropped })
+			e.in = slices.DeleteFunc(e.in, func(m membership) bool { return m.pos < 0 && m.g.dropped })
 		}
 	}
 }
@@ -1044,6 +1044,20 @@ func (ix *Index) join(e *entry, g *group) {
 		return
 	}
 	var gn *groupNode
+	if g.ordered {
+		gn = g.listMember(e)
+	}
+	e.in = append(e.in, membership{g: g, gn: gn, pos: len(g.all)})
+	g.all = append(g.all, e)
+	for _, p := range g.prios {
+		p.add(e)
+	}
+}
+
+// listMember puts e in its node's member list of g, an ordered group,
+// and returns that groupNode.
+func (g *group) listMember(e *entry) *groupNode {
+	var gn *groupNode
 	for _, ng := range e.node.gns {
 		if ng.g == g {
 			gn = ng.gn
@@ -1067,19 +1081,13 @@ func (ix *Index) join(e *entry, g *group) {
 	gn.members = append(gn.members, member{})
 	copy(gn.members[i+1:], gn.members[i:])
 	gn.members[i] = member{name: name, e: e}
-	if g.ordered {
-		gn.markDirty()
-	}
-	e.in = append(e.in, membership{g: g, gn: gn, pos: len(g.all)})
-	g.all = append(g.all, e)
-	for _, p := range g.prios {
-		p.add(e)
-	}
+	gn.markDirty()
+	return gn
 }
 
 func (ix *Index) leave(e *entry, m membership) {
 	g := m.g
-	if m.gn == nil {
+	if m.pos < 0 {
 		g.counted--
 	} else {
 		unfile(e, m)
@@ -1096,12 +1104,33 @@ func (ix *Index) leave(e *entry, m membership) {
 	}
 }
 
-// unfile takes e out of the member lists of m, a group that files it.
+// unfile takes e out of g.all and the member lists of m's group g, which
+// files it.
 func unfile(e *entry, m membership) {
 	gn, g := m.gn, m.g
 	for _, p := range g.prios {
 		p.remove(e)
 	}
+	if gn != nil {
+		unlist(e, gn)
+	}
+	last := len(g.all) - 1
+	moved := g.all[last]
+	g.all[m.pos] = moved
+	g.all[last] = nil
+	g.all = g.all[:last]
+	if moved != e {
+		for j := range moved.in {
+			if moved.in[j].g == g {
+				moved.in[j].pos = m.pos
+				break
+			}
+		}
+	}
+}
+
+// unlist takes e out of gn's member list, and marks gn for re-sorting.
+func unlist(e *entry, gn *groupNode) {
 	if i := gn.find(e); i == 0 {
 		// Packed allocates a node's first server by name: dropping the
 		// head must not shift the whole list (hundreds of servers on a
@@ -1118,22 +1147,7 @@ func unfile(e *entry, m membership) {
 		gn.members[len(gn.members)-1] = member{}
 		gn.members = gn.members[:len(gn.members)-1]
 	}
-	if g.ordered {
-		gn.markDirty()
-	}
-	last := len(g.all) - 1
-	moved := g.all[last]
-	g.all[m.pos] = moved
-	g.all[last] = nil
-	g.all = g.all[:last]
-	if moved != e {
-		for j := range moved.in {
-			if moved.in[j].g == g {
-				moved.in[j].pos = m.pos
-				break
-			}
-		}
-	}
+	gn.markDirty()
 }
 
 // refresh re-sorts up to n of the group's dirty nodes (all of them when
@@ -1179,19 +1193,19 @@ func (g *group) refresh(n int) bool {
 }
 
 // startOrder makes the group keep its nodes in Packed order from now on:
-// it starts tracking their count changes and marks them all dirty, so that
-// refresh builds the order (in chunks, if the caller wants).
+// it lists its members by node, starts tracking the nodes' count changes
+// and marks them all dirty, so that refresh builds the order (in chunks,
+// if the caller wants).
 func (g *group) startOrder() {
 	g.ordered = true
-	// Backwards: dropNode moves the last node into the dropped one's
-	// place, and that one has been looked at already.
-	for i := len(g.nodes) - 1; i >= 0; i-- {
-		gn := g.nodes[i]
-		if len(gn.members) == 0 {
-			g.dropNode(gn)
-			continue
+	for _, e := range g.all {
+		gn := g.listMember(e)
+		for j := range e.in {
+			if e.in[j].g == g {
+				e.in[j].gn = gn
+				break
+			}
 		}
-		gn.markDirty()
 	}
 }
 
