@@ -527,8 +527,9 @@ func (l *lossState) timeout(ci int32, a uint16) {
 }
 
 // retry sends call ci's request again: with a key, joined to the attempt
-// in flight, or sent to the cluster holding the key's allocation first;
-// a new request routed afresh otherwise.
+// in flight, or sent to the cluster holding the key's allocation first
+// (answered Unavailable when no policy in force names that cluster); a
+// new request routed afresh otherwise.
 func (l *lossState) retry(ci int32) {
 	w := l.w
 	k := &l.calls[ci]
@@ -550,24 +551,27 @@ func (l *lossState) retry(ci int32) {
 	lr := l.request(id)
 	l.attach(ci, id, lr)
 	w.route(s, id)
-	if keyed && k.held.ok {
-		heldFirst(&w.reqs[id], k.held.cluster)
+	if keyed && k.held.ok && !heldFirst(&w.reqs[id], k.held.cluster) {
+		// No policy in force names the cluster that may hold the key's
+		// allocation: the forwarder cannot ask it, nor go past it.
+		l.failUnavailable(id)
+		return
 	}
 	w.tryNext(id)
 }
 
 // heldFirst puts cluster c first in r's order, the others after it in
-// their order. A cluster the order lacks (no policy in force names it now)
-// is the only one tried.
-func heldFirst(r *request, c uint8) {
+// their order; it reports false, leaving the order as it is, when the
+// order lacks c (no policy in force names it now).
+func heldFirst(r *request, c uint8) bool {
 	for i := 0; i < int(r.n); i++ {
 		if r.order[i] == c {
 			copy(r.order[1:i+1], r.order[:i])
 			r.order[0] = c
-			return
+			return true
 		}
 	}
-	r.order[0], r.n = c, 1
+	return false
 }
 
 func (l *lossState) maybeFree(ci int32) {

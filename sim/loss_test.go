@@ -351,3 +351,37 @@ func TestKeyedRetryWaitsForTheClusterHoldingTheKey(t *testing.T) {
 		t.Fatalf("losses %+v, %d Allocated at the end", l, allocatedAtEnd(res))
 	}
 }
+
+// A keyed retry whose key's allocation is at a cluster no policy in force
+// names any more is answered Unavailable without a try anywhere: the
+// forwarder can neither ask that cluster nor go past it.
+func TestKeyedRetryAfterItsClusterLeftThePolicies(t *testing.T) {
+	cfg := keyedPair(1, []time.Duration{29 * time.Second})
+	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	cfg.Start = start
+	w, err := core.ParseWindow("", start.Add(30*time.Second).Format(time.RFC3339), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policies[0].Window = &w
+	cfg.Streams[0].Caller.Retries = 3
+	res, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := res.Losses
+	if res.Clusters["a"].Allocated != 1 || res.Clusters["b"].Allocated != 0 || res.Totals.Allocated != 0 {
+		t.Fatalf("a allocated %d, b %d, %d answered", res.Clusters["a"].Allocated, res.Clusters["b"].Allocated, res.Totals.Allocated)
+	}
+	// One try of a, lost; the three retries are answered Unavailable
+	// without a try of either cluster.
+	if a, b := res.Clusters["a"].Tries, res.Clusters["b"].Tries; a != 1 || b != 0 {
+		t.Fatalf("tries: a %d, b %d", a, b)
+	}
+	if l.LostOnLinks != 1 || l.CallerRetries != 3 || l.CallersFailed != 1 || res.Totals.Unavailable != 4 || l.DuplicatesAvoided != 0 {
+		t.Fatalf("%d unavailable; losses %+v", res.Totals.Unavailable, l)
+	}
+	if l.KeyReleases != 1 || allocatedAtEnd(res) != 0 {
+		t.Fatalf("losses %+v, %d Allocated at the end", l, allocatedAtEnd(res))
+	}
+}
