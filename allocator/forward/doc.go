@@ -64,17 +64,32 @@
 // that cluster is recorded as the key's (Placements: the kubernetes
 // backend's replicas share the record on the API server, the memory
 // backend keeps it in the process), and the record moves on only when
-// that cluster has answered that it holds nothing for the key ("no game
-// server", a refusal). A try whose answer was lost, or a retry that
-// cannot reach the cluster the record names, is answered Unavailable
-// naming that cluster, whatever the other clusters could have done: a
-// caller retries that, and the retry, through any replica of this
-// allocator, goes to the recorded cluster first and gets the allocation
-// held there. Two tries of one key at once cannot both move the record:
-// a move is made only from the version of the record its try last saw.
-// The price: one record write per cluster a keyed request is sent to, and
-// a key whose cluster stays unreachable is not served elsewhere until the
-// key is forgotten (the caller may give it up and use a new key).
+// that cluster has answered that nothing was allocated for the key ("no
+// game server", or a refusal that writes nothing: contention, a denied
+// permission). A try whose answer was lost, an error that may follow a
+// write (the store or the remote unavailable, an internal error), or a
+// retry that cannot reach the cluster the record names is answered
+// Unavailable naming that cluster: a caller retries that, and the retry,
+// through any replica of this allocator, goes to the recorded cluster
+// first and gets the allocation held there. A refusal of the key itself
+// there (used with another request, or released) is the answer, and the
+// record stays. Two tries of one key at once cannot both move the
+// record: a move is made only from the version of the record its try
+// last saw.
+//
+// The price and the limits: one record write per cluster a keyed request
+// is sent to, so keyed requests fail (Unavailable, nothing sent) while
+// the entry's own API server cannot be written, even when another
+// cluster could serve them; a key whose cluster stays unreachable is not
+// served elsewhere until the key is forgotten (the caller may give it up
+// and use a new key). The guarantee needs remotes that honour the key
+// (Quartermaster's): an Agones remote allocates anew for every request,
+// so its lost answer cannot be recovered by asking again, and its "no
+// game server" after one does not prove it holds nothing. And two live
+// tries of one key (a caller that sends again before its first try's
+// deadline) can each be served, in two clusters, if the cluster the
+// first is waiting on answers the second "no game server" and then
+// serves the first: callers retry after their try's deadline.
 //
 // A request without the caller's key fails over after a lost answer, as
 // any other transport failure. When another cluster then serves it, or

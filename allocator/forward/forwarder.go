@@ -95,8 +95,12 @@ type Options struct {
 	DialOptions []grpc.DialOption
 	// Placements record where requests with the caller's idempotency
 	// key are sent (placements.go), shared by every replica of this
-	// allocator; this process's own when nil.
+	// allocator; this process's own when nil, which keeps a record for
+	// KeyWindow after its last change and at most MaxKeys records (the
+	// service's defaults when zero).
 	Placements Placements
+	KeyWindow  time.Duration
+	MaxKeys    int
 }
 
 // Forwarder routes multi-cluster requests. It is safe for concurrent use.
@@ -195,7 +199,7 @@ func New(o Options) (*Forwarder, error) {
 	}
 	f.places = o.Placements
 	if f.places == nil {
-		f.places = newMemPlacements(f.clock.Now)
+		f.places = newMemPlacements(o.KeyWindow, o.MaxKeys, f.clock.Now)
 	}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
@@ -528,7 +532,8 @@ const maxPlaceConflicts = 3
 // forwardKeyed serves a request with the caller's key, whose clusters
 // are in order: each cluster is recorded in the Placements before the
 // request is sent there, and the request goes on to the next cluster only
-// when that one answered that it holds nothing for the key. A cluster
+// when that one answered that nothing was allocated for the key
+// (afterKeyedTry). A cluster
 // that may hold the key's allocation (its answer was lost, or an earlier
 // try's record names it and it cannot be asked) ends the request with an
 // answer the caller retries; the retry asks that cluster first.
@@ -538,17 +543,22 @@ func (f *Forwarder) forwardKeyed(ctx context.Context, c Call, order []core.Polic
 	var tries []try
 	version := ""      // the record's version as this request last saw it
 	inherited := false // the record named plan[0] before this request placed it
+	empty := false     // the cluster the record names answered that it holds nothing
 	for conflicts := 0; len(plan) > 0; {
 		if ctx.Err() != nil {
-			tries = notTried(tries, plan)
-			return nil, f.summary(ctx, ns, tries)
+			if empty {
+				f.clearPlacement(ctx, key, version)
+			}
+			return nil, f.summary(ctx, ns, notTried(tries, plan))
 		}
 		name := plan[0].Connection.ClusterName
 		cur, curVersion, ok, err := f.places.Place(ctx, key, name, version)
 		if err != nil {
+			f.m.placements.WithLabelValues(placeFailed).Inc()
 			return nil, placeError(ctx, name, err)
 		}
 		if !ok {
+			f.m.placements.WithLabelValues(placeConflict).Inc()
 			if conflicts++; conflicts > maxPlaceConflicts {
 				return nil, status.Errorf(codes.Unavailable,
 					"other tries of this request's idempotency key keep moving it between clusters (now %q): send it again with the same key", cur)
@@ -574,23 +584,40 @@ func (f *Forwarder) forwardKeyed(ctx context.Context, c Call, order []core.Polic
 			version = curVersion
 			continue
 		}
+		f.m.placements.WithLabelValues(placePlaced).Inc()
 		version = curVersion
 		resp, t := f.tryCluster(ctx, plan[0], c, ns, hops, fw, local)
 		if resp != nil {
 			return resp, nil
 		}
 		tries = append(tries, t)
-		if mayHold(t, inherited, fw) {
+		switch afterKeyedTry(t, plan[0].Connection.IsLocal(), inherited, fw) {
+		case retryThere:
+			f.m.placements.WithLabelValues(placeHeld).Inc()
 			return nil, heldForRetry(f.summary(ctx, ns, tries), []string{name})
+		case answerIt:
+			return nil, f.summary(ctx, ns, tries)
 		}
-		plan, inherited, conflicts = plan[1:], false, 0
+		plan, inherited, empty, conflicts = plan[1:], false, true, 0
 	}
 	// Every cluster answered that it holds nothing for the key: so the
-	// record says (a retry then takes the order afresh). Should this
-	// fail, the retry asks the last cluster first, which answers again.
-	_, _, _, _ = f.places.Place(ctx, key, "", version)
+	// record says (a retry then takes the order afresh).
+	f.clearPlacement(ctx, key, version)
 	return nil, f.summary(ctx, ns, tries)
 }
+
+// clearPlacement records that no cluster holds key's allocation, from
+// version, even when the caller has gone (briefly): a record left naming
+// a cluster that holds nothing would make the next try wait for that
+// cluster. Should it fail, that is all that happens.
+func (f *Forwarder) clearPlacement(ctx context.Context, key, version string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clearPlacementTimeout)
+	defer cancel()
+	_, _, _, _ = f.places.Place(cctx, key, "", version)
+}
+
+// clearPlacementTimeout bounds clearPlacement.
+const clearPlacementTimeout = 2 * time.Second
 
 // clusterIndex is the index in plan of the policy for cluster, or -1.
 func clusterIndex(plan []core.Policy, cluster string) int {
@@ -602,51 +629,87 @@ func clusterIndex(plan []core.Policy, cluster string) int {
 	return -1
 }
 
-// mayHold says whether the cluster of t, tried for a caller-keyed
-// request, may hold an allocation for its key: the request was sent there
-// and no answer came (the deadline passed, or the answer was lost), or an
-// earlier try's record names it (inherited) and it could not be asked
-// now. An allocator's own answer ("no game server", a refusal) says it
-// holds none; so does a cluster this request placed itself and never
-// reached.
-func mayHold(t try, inherited bool, fw *forwarding) bool {
-	switch t.out {
-	case outUnallocated, outRefused:
-		return false
-	case outDeadline:
-		return true
-	}
+// keyedNext is what a caller-keyed request does after a cluster's try.
+type keyedNext uint8
+
+const (
+	// nextCluster: the cluster holds nothing for the key.
+	nextCluster keyedNext = iota
+	// retryThere: it may hold the key's allocation; the caller is to
+	// send the request again, and the retry asks it first.
+	retryThere
+	// answerIt: it refused the request, or its key, for a reason the
+	// caller must see (a key used with another request, or released
+	// there); the record stays.
+	answerIt
+)
+
+// afterKeyedTry classifies the try t of a caller-keyed request at a
+// cluster (local, or not). Only an answer that nothing was allocated
+// moves the request on: "no game server", a refusal that wrote nothing
+// (contention, permissions), or a cluster this request never reached and
+// no earlier try's record names (inherited). An error that may follow a
+// write (the store or the remote unavailable, an internal error), an
+// answer lost after the request was sent, the deadline passing during a
+// local allocation (which runs on to its end), or a recorded cluster that
+// cannot be asked: the allocation may be there.
+func afterKeyedTry(t try, local, inherited bool, fw *forwarding) keyedNext {
+	sentLost := false
 	for _, h := range fw.held {
-		if h.cluster == t.where {
-			return true
+		sentLost = sentLost || h.cluster == t.where
+	}
+	switch t.out {
+	case outUnallocated:
+		return nextCluster
+	case outRefused:
+		switch t.code {
+		case codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.DataLoss, codes.Canceled:
+			return retryThere
+		case codes.InvalidArgument, codes.FailedPrecondition:
+			return answerIt
+		}
+		return nextCluster
+	case outDeadline:
+		if local {
+			return retryThere
 		}
 	}
-	return inherited
+	if sentLost || inherited {
+		return retryThere
+	}
+	return nextCluster
 }
 
 // placeError is the answer when the record of where a keyed request is
-// sent cannot be written: the request is not sent anywhere.
+// sent cannot be written: the request is not sent anywhere. A status
+// error from the Placements (a permission to grant, say) keeps its code.
 func placeError(ctx context.Context, cluster string, err error) error {
 	code := codes.Unavailable
-	if ctx.Err() != nil {
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		code = st.Code()
+	}
+	switch ctx.Err() {
+	case context.DeadlineExceeded:
 		code = codes.DeadlineExceeded
+	case context.Canceled:
+		code = codes.Canceled
 	}
 	return status.Errorf(code, "recording that this request's idempotency key is sent to cluster %q: %v; nothing was sent: send it again with the same key", cluster, err)
 }
 
 // heldForRetry is the answer to a keyed request that no cluster served
-// while an allocation may be held for its key where an answer was lost.
-// The caller must send the request again with its key (it then meets
-// that cluster first, and gets the allocation), so the answer is one a
-// caller retries: Unavailable, whatever the other clusters said. "No
-// game server" would have the caller give up and leave the server held.
+// while an allocation may be held for its key in clusters. The caller
+// must send the request again with its key (it then meets that cluster
+// first, and gets the allocation), so the answer is one a caller
+// retries: Unavailable, whatever the other clusters said. "No game
+// server" would have the caller give up and leave the server held.
 func heldForRetry(err error, clusters []string) error {
 	st := status.Convert(err)
 	code := st.Code()
 	if code != codes.DeadlineExceeded && code != codes.Canceled {
 		code = codes.Unavailable
 	}
-	return status.Errorf(code, "%s; cluster %s may hold an allocation for this request's key (a try of it was sent there, and no answer has come back): send it again with the same key",
+	return status.Errorf(code, "%s; cluster %s may hold an allocation for this request's key (a try of it was sent there and no answer has come back, or it cannot be asked now): send it again with the same key",
 		st.Message(), strings.Join(clusters, " and "))
 }
 
@@ -1122,7 +1185,17 @@ type metrics struct {
 	lost             *prometheus.CounterVec
 	reconciles       *prometheus.CounterVec
 	reconcilePending prometheus.Gauge
+	// Records of where caller-keyed requests went (placements.go).
+	placements *prometheus.CounterVec
 }
+
+// The outcomes of qm_forward_key_placements_total.
+const (
+	placePlaced   = "placed"
+	placeConflict = "conflict"
+	placeFailed   = "failed"
+	placeHeld     = "held"
+)
 
 func newMetrics() *metrics {
 	return &metrics{
@@ -1155,11 +1228,15 @@ func newMetrics() *metrics {
 			Name: "qm_forward_reconciliations_pending",
 			Help: "Releases of allocations whose answers were lost, queued or under way.",
 		}),
+		placements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "qm_forward_key_placements_total",
+			Help: "Records of the cluster a request with the caller's idempotency key is sent to, by outcome (placed: recorded before a send; conflict: another try of the key changed the record first; failed: it could not be written, and nothing was sent; held: the request was answered Unavailable because the recorded cluster may hold its allocation).",
+		}, []string{"outcome"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker, m.probes, m.lost, m.reconciles, m.reconcilePending} {
+	for _, c := range []prometheus.Collector{m.tries, m.latency, m.breaker, m.probes, m.lost, m.reconciles, m.reconcilePending, m.placements} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("forward: registering metrics: %w", err)
 		}

@@ -208,6 +208,7 @@ func serve(ctx context.Context, f serveFlags, unallocated codes.Code, log *slog.
 	if err != nil {
 		return err
 	}
+	f.multi.keyWindow, f.multi.maxKeys = f.keyWindow, f.maxKeys
 	fwd, err := f.multi.start(runCtx, log, reg, unallocated)
 	if err != nil {
 		return err

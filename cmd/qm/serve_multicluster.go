@@ -32,6 +32,10 @@ type multiClusterFlags struct {
 	// record of where keyed multi-cluster requests went (nil: this
 	// process's own).
 	placements forward.Placements
+	// keyWindow and maxKeys bound this process's own record (the
+	// service's --allocation-key-window and --allocation-key-max).
+	keyWindow time.Duration
+	maxKeys   int
 }
 
 func (m *multiClusterFlags) register(fs *flag.FlagSet) {
@@ -71,6 +75,7 @@ func (m *multiClusterFlags) start(ctx context.Context, log *slog.Logger, reg pro
 	fwd, err := forward.New(forward.Options{
 		Source: store, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
 		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys, Placements: m.placements,
+		KeyWindow: m.keyWindow, MaxKeys: m.maxKeys,
 	})
 	if err != nil {
 		return nil, err
@@ -93,6 +98,7 @@ func (m *multiClusterFlags) startKube(ctx context.Context, log *slog.Logger, reg
 	fwd, err := forward.New(forward.Options{
 		Source: src, Self: m.clusterName, TryTimeout: m.forwardTimeout, Breaker: m.breaker,
 		UnallocatedCode: unallocated, Logger: log, Registerer: reg, OwnKeys: m.ownKeys, Placements: m.placements,
+		KeyWindow: m.keyWindow, MaxKeys: m.maxKeys,
 	})
 	if err != nil {
 		return nil, err
