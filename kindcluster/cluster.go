@@ -122,6 +122,9 @@ type Cluster struct {
 	cfg       *rest.Config
 
 	etcd, apiserver Process
+	// apiserverUnready: StartAPIServer started the kube-apiserver and did
+	// not see it ready; the next StartAPIServer waits for it again.
+	apiserverUnready bool
 
 	stopOnce sync.Once
 	stopErr  error

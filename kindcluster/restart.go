@@ -26,13 +26,19 @@ func (c *Cluster) StopAPIServer() error {
 // StartAPIServer starts the kube-apiserver again with the same command line
 // (same port, certificates and tokens, so existing clients and kubeconfigs
 // keep working) and waits until it is ready. It refuses if the API server
-// is still running.
+// is still running, unless it is the one an earlier StartAPIServer started
+// and gave up waiting for: then it waits for that one again (a loaded
+// machine can take longer than one wait to make it ready, and starting
+// another on the same port would fail).
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
 	if c.apiserver != nil {
 		select {
 		case <-c.apiserver.Done():
 		default:
-			return errors.New("kindcluster: the API server is still running (StopAPIServer first)")
+			if !c.apiserverUnready {
+				return errors.New("kindcluster: the API server is still running (StopAPIServer first)")
+			}
+			return c.awaitStarted(ctx)
 		}
 	}
 	p, err := c.opts.Runner.Start(c.apiserverCommand(c.opts.APIServerPort))
@@ -40,9 +46,16 @@ func (c *Cluster) StartAPIServer(ctx context.Context) error {
 		return err
 	}
 	c.apiserver = p
+	return c.awaitStarted(ctx)
+}
+
+// awaitStarted waits until the kube-apiserver just started is ready.
+func (c *Cluster) awaitStarted(ctx context.Context) error {
+	c.apiserverUnready = true
 	if err := c.waitAPIServer(ctx); err != nil {
 		return err
 	}
+	c.apiserverUnready = false
 	// `qm cluster down` finds processes through the state file.
 	return c.writeState()
 }

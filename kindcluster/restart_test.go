@@ -56,10 +56,22 @@ func TestRestartAPIServer(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{}); err == nil {
 		t.Fatal("the API server still answers after StopAPIServer")
 	}
+	// A start whose wait gives up (here at once) leaves its API server
+	// starting; the next start waits for that one instead of refusing.
+	short, cancelShort := context.WithTimeout(ctx, time.Millisecond)
+	err = c.StartAPIServer(short)
+	cancelShort()
+	if err == nil {
+		t.Fatal("StartAPIServer within a millisecond: want its wait to give up")
+	}
+	_, apiStarting := c.Pids()
 	if err := c.StartAPIServer(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("StartAPIServer after a wait that gave up: %v", err)
 	}
 	etcdAfter, apiAfter := c.Pids()
+	if apiAfter != apiStarting {
+		t.Errorf("the second start made another API server (pid %d, then %d): want it to wait for the first", apiStarting, apiAfter)
+	}
 	if etcdAfter != etcdBefore || apiAfter == apiBefore {
 		t.Errorf("pids etcd %d→%d, apiserver %d→%d: want etcd kept, apiserver new", etcdBefore, etcdAfter, apiBefore, apiAfter)
 	}
