@@ -29,6 +29,9 @@ func Load(files ...string) (*Set, error) {
 		return nil, errors.New("no result files given")
 	}
 	for _, f := range files {
+		if err := notAResult(f); err != nil {
+			return nil, err
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
@@ -38,6 +41,22 @@ func Load(files ...string) (*Set, error) {
 		}
 	}
 	return set, nil
+}
+
+// notAResult refuses, by name, what users give in place of a result file:
+// a run's directory, or a soak's history.
+func notAResult(f string) error {
+	if st, err := os.Stat(f); err == nil && st.IsDir() {
+		hint := "name the result files in it"
+		if _, err := os.Stat(filepath.Join(f, "result.json")); err == nil {
+			hint = "for the run it holds, give " + filepath.Join(f, "result.json")
+		}
+		return fmt.Errorf("%s is a directory, not a result file: %s", f, hint)
+	}
+	if strings.HasSuffix(f, ".jsonl") {
+		return fmt.Errorf("%s: a soak's history (JSON lines) is not a result: give the run's result.json (`qm soak check --json FILE HISTORY SNAPSHOT` makes one from the history)", f)
+	}
+	return nil
 }
 
 // LoadDir reads every result file in dir (a baseline), in name order.
