@@ -71,86 +71,113 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(args) > 0 && args[0] == "merge" {
 		return runSimMerge(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("qm sim", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	out := fs.String("out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
-	quiet := fs.Bool("quiet", false, "no progress and no table; only failures and errors")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
-	memProfile := fs.String("memprofile", "", "write a heap profile at the end of the run to this file: what is live then (inuse) and what the run allocated (alloc)")
-	seeds := fs.Int("seeds", 1, "run the scenario under this many seeds (its own and the ones after it) and report each figure's spread")
-	workers := fs.Int("workers", runtime.NumCPU(), "with --seeds: runs at once")
-	index := fs.Int("index", -1, "with --seeds N: run only the seed of this index (0..N-1), as one run, for qm sim merge")
-	jobManifest := fs.Bool("job-manifest", false, "with --seeds N: write a Kubernetes Indexed Job (and a ConfigMap with the scenario) that runs the N seeds, one per index, instead of running them")
-	image := fs.String("image", jobImage, "with --job-manifest: the qm image the pods run")
-	jobName := fs.String("job-name", "qm-sim", "with --job-manifest: the Job's name (the ConfigMap's is NAME-scenario)")
-	replay := fs.String("replay", "", "replay this trace's arrivals and requests against the scenario's clusters instead of its workload")
-	var clusterNames multiFlag
-	fs.Var(&clusterNames, "cluster-name", "with --replay: SOURCE=CLUSTER, the scenario's name for a cluster the trace names SOURCE (repeatable)")
-	usage, files, ok, err := parseFlagsAndFiles("sim", simUsage, fs, args, stdout, stderr)
+	o, file, ok, err := parseSimFlags(args, stdout, stderr)
 	if !ok {
 		return err
 	}
-	switch {
-	case len(files) == 0:
-		return usageFail(stderr, "sim", usage, "no scenario file given")
-	case len(files) > 1:
-		// One report, one exit status: several files would need a rule
-		// for merging both, so each file gets its own run.
-		return usageFail(stderr, "sim", usage, "one scenario file per run, got %d (%s); run qm sim once per file, or make sim-scenarios for all of them",
-			len(files), strings.Join(files, " "))
-	}
-	if *replay == "" && len(clusterNames) > 0 {
-		return usageFail(stderr, "sim", usage, "--cluster-name needs --replay")
-	}
-	if *seeds < 1 {
-		return usageFail(stderr, "sim", usage, "--seeds %d: want 1 or more", *seeds)
-	}
-	if *workers < 1 {
-		return usageFail(stderr, "sim", usage, "--workers %d: want 1 or more", *workers)
-	}
-	if *seeds > 1 && *replay != "" {
-		return usageFail(stderr, "sim", usage, "--seeds and --replay: a replay follows its trace; run it once")
-	}
-	if *index >= *seeds || *index < -1 {
-		return usageFail(stderr, "sim", usage, "--index %d: want 0..%d, one of the --seeds %d", *index, *seeds-1, *seeds)
-	}
-	if *jobManifest && (*index >= 0 || *replay != "") {
-		return usageFail(stderr, "sim", usage, "--job-manifest writes the Job that runs every --index; it takes no --index or --replay")
-	}
-	if *jobManifest {
-		if err := checkJobName(*jobName); err != nil {
-			return usageFail(stderr, "sim", usage, "%v", err)
-		}
-	}
-	sc, err := scenarios.Load(files[0])
+	sc, err := scenarios.Load(file)
 	if err != nil {
 		return err
 	}
-	if *jobManifest {
-		data, err := os.ReadFile(files[0])
-		if err != nil {
-			return err
-		}
-		j := &simJob{name: *jobName, image: *image, file: files[0], data: data, runs: *seeds,
-			merge:    "qm sim merge --out spread.json",
-			describe: fmt.Sprintf("qm sim %s --seeds %d as a Kubernetes Indexed Job: the seed of each index (%d..%d), one run per pod.", files[0], *seeds, *sc.Spec.Seed, *sc.Spec.Seed+uint64(*seeds)-1)}
-		j.args = []string{"sim", j.podScenario(), "--seeds", strconv.Itoa(*seeds), "--index", indexArg, "--quiet", "--out", "-"}
-		return writeManifest(j, *out, stdout)
+	if o.jobManifest {
+		return writeSimJob(o, file, sc, stdout)
 	}
-	if *index >= 0 {
-		seed := plan.Seeds(sc, *seeds)[*index]
+	if o.index >= 0 {
+		seed := plan.Seeds(sc, o.seeds)[o.index]
 		sc.Spec.Seed = &seed
-		*seeds = 1
+		o.seeds = 1
 	}
-	if *replay != "" {
-		return runSimReplay(ctx, sc, *replay, clusterNames, *out, *quiet, stdout, stderr)
+	switch {
+	case o.replay != "":
+		return runSimReplay(ctx, sc, o.replay, o.clusterNames, o.out, o.quiet, stdout, stderr)
+	case o.seeds > 1:
+		return runSimSeeds(ctx, file, sc, o.seeds, o.workers, o.out, o.quiet, stdout, stderr)
 	}
-	if *seeds > 1 {
-		return runSimSeeds(ctx, files[0], sc, *seeds, *workers, *out, *quiet, stdout, stderr)
+	return runSimOnce(ctx, sc, o, stdout, stderr)
+}
+
+// simFlags are qm sim's flags, as parsed.
+type simFlags struct {
+	out, cpuProfile, memProfile string
+	quiet, jobManifest          bool
+	seeds, workers, index       int
+	image, jobName, replay      string
+	clusterNames                multiFlag
+}
+
+// parseSimFlags parses and checks qm sim's command line: its flags and
+// its one scenario file. ok false: the usage was printed, and err is the
+// command's answer.
+func parseSimFlags(args []string, stdout, stderr io.Writer) (o simFlags, file string, ok bool, err error) {
+	fs := flag.NewFlagSet("qm sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.out, "out", "", "write the results JSON to this file (\"-\": to stdout, with the table on stderr, as qm load does)")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress and no table; only failures and errors")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile at the end of the run to this file: what is live then (inuse) and what the run allocated (alloc)")
+	fs.IntVar(&o.seeds, "seeds", 1, "run the scenario under this many seeds (its own and the ones after it) and report each figure's spread")
+	fs.IntVar(&o.workers, "workers", runtime.NumCPU(), "with --seeds: runs at once")
+	fs.IntVar(&o.index, "index", -1, "with --seeds N: run only the seed of this index (0..N-1), as one run, for qm sim merge")
+	fs.BoolVar(&o.jobManifest, "job-manifest", false, "with --seeds N: write a Kubernetes Indexed Job (and a ConfigMap with the scenario) that runs the N seeds, one per index, instead of running them")
+	fs.StringVar(&o.image, "image", jobImage, "with --job-manifest: the qm image the pods run")
+	fs.StringVar(&o.jobName, "job-name", "qm-sim", "with --job-manifest: the Job's name (the ConfigMap's is NAME-scenario)")
+	fs.StringVar(&o.replay, "replay", "", "replay this trace's arrivals and requests against the scenario's clusters instead of its workload")
+	fs.Var(&o.clusterNames, "cluster-name", "with --replay: SOURCE=CLUSTER, the scenario's name for a cluster the trace names SOURCE (repeatable)")
+	usage, files, ok, err := parseFlagsAndFiles("sim", simUsage, fs, args, stdout, stderr)
+	if !ok {
+		return o, "", false, err
 	}
+	fail := func(format string, args ...any) (simFlags, string, bool, error) {
+		return o, "", false, usageFail(stderr, "sim", usage, format, args...)
+	}
+	switch {
+	case len(files) == 0:
+		return fail("no scenario file given")
+	case len(files) > 1:
+		// One report, one exit status: several files would need a rule
+		// for merging both, so each file gets its own run.
+		return fail("one scenario file per run, got %d (%s); run qm sim once per file, or make sim-scenarios for all of them",
+			len(files), strings.Join(files, " "))
+	case o.replay == "" && len(o.clusterNames) > 0:
+		return fail("--cluster-name needs --replay")
+	case o.seeds < 1:
+		return fail("--seeds %d: want 1 or more", o.seeds)
+	case o.workers < 1:
+		return fail("--workers %d: want 1 or more", o.workers)
+	case o.seeds > 1 && o.replay != "":
+		return fail("--seeds and --replay: a replay follows its trace; run it once")
+	case o.index >= o.seeds || o.index < -1:
+		return fail("--index %d: want 0..%d, one of the --seeds %d", o.index, o.seeds-1, o.seeds)
+	case o.jobManifest && (o.index >= 0 || o.replay != ""):
+		return fail("--job-manifest writes the Job that runs every --index; it takes no --index or --replay")
+	}
+	if o.jobManifest {
+		if err := checkJobName(o.jobName); err != nil {
+			return fail("%v", err)
+		}
+	}
+	return o, files[0], true, nil
+}
+
+// writeSimJob writes the Indexed Job that runs o's seeds of file.
+func writeSimJob(o simFlags, file string, sc *scenarios.Scenario, stdout io.Writer) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	j := &simJob{name: o.jobName, image: o.image, file: file, data: data, runs: o.seeds,
+		merge:    "qm sim merge --out spread.json",
+		describe: fmt.Sprintf("qm sim %s --seeds %d as a Kubernetes Indexed Job: the seed of each index (%d..%d), one run per pod.", file, o.seeds, *sc.Spec.Seed, *sc.Spec.Seed+uint64(o.seeds)-1)}
+	j.args = []string{"sim", j.podScenario(), "--seeds", strconv.Itoa(o.seeds), "--index", indexArg, "--quiet", "--out", "-"}
+	return writeManifest(j, o.out, stdout)
+}
+
+// runSimOnce runs sc once: progress, profiles, the results file, the
+// summary, and exit status 2 when an expectation failed.
+func runSimOnce(ctx context.Context, sc *scenarios.Scenario, o simFlags, stdout, stderr io.Writer) error {
 	tuneGC(1)
-	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -158,7 +185,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	opt := scenarios.Options{}
 	start := time.Now()
-	showProgress := !*quiet && progressWanted(stderr)
+	showProgress := !o.quiet && progressWanted(stderr)
 	if showProgress {
 		last := start
 		opt.Progress = func(now, total time.Duration, events uint64) {
@@ -175,35 +202,24 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	wall := time.Since(start)
-	if *memProfile != "" {
-		if err := writeHeapProfile(*memProfile); err != nil {
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
 			return err
 		}
 	}
-	if !*quiet {
+	if !o.quiet {
 		if showProgress && wall >= time.Second {
 			fmt.Fprintln(stderr)
 		}
 		fmt.Fprintf(stderr, "%s: %d events in %s (%.0f events/s)\n", sc.Metadata.Name, rep.Results.Events,
 			wall.Round(time.Millisecond), float64(rep.Results.Events)/wall.Seconds())
 	}
-	if *out != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		b = append(b, '\n')
-		if *out == "-" {
-			// stdout carries the JSON alone, so it can be piped.
-			if _, err := stdout.Write(b); err != nil {
-				return err
-			}
-			stdout = stderr
-		} else if err := os.WriteFile(*out, b, 0o644); err != nil {
+	if o.out != "" {
+		if stdout, err = writeSimResults(rep, o.out, stdout, stderr); err != nil {
 			return err
 		}
 	}
-	if !*quiet {
+	if !o.quiet {
 		printSummary(stdout, rep)
 	} else {
 		for _, c := range rep.Expectations {
@@ -216,6 +232,24 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return exitError{code: 2}
 	}
 	return nil
+}
+
+// writeSimResults writes rep's JSON to out ("-": stdout, which then
+// carries the JSON alone, so it can be piped). It returns where the
+// summary goes: stdout, or stderr when stdout took the JSON.
+func writeSimResults(rep *scenarios.Report, out string, stdout, stderr io.Writer) (io.Writer, error) {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return stdout, err
+	}
+	b = append(b, '\n')
+	if out == "-" {
+		if _, err := stdout.Write(b); err != nil {
+			return stdout, err
+		}
+		return stderr, nil
+	}
+	return stdout, os.WriteFile(out, b, 0o644)
 }
 
 func printSummary(w io.Writer, rep *scenarios.Report) {
