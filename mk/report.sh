@@ -384,7 +384,10 @@ measure_outside() {
 	if has forward-load; then
 		local mode=pinned
 		[[ $(nproc) -ge 2 ]] || mode=shared
-		FORWARD_SERVERS=150000 bash mk/load-forward.sh "$bin/qm" "$tmp/fwd" "$mode" \
+		# The remote's one fleet serves the direct and the forwarded
+		# target and is never released: sized for both at a quiet
+		# machine's rates, warm-ups included.
+		FORWARD_SERVERS=250000 bash mk/load-forward.sh "$bin/qm" "$tmp/fwd" "$mode" \
 			--workers 32 --duration "$load_duration" --window 500ms --progress never >/dev/null || [[ $? -eq 2 ]]
 		mv "$tmp/fwd/forward-$mode.json" "$out/$side/forward.r$r.json"
 	fi
