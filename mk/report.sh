@@ -378,7 +378,7 @@ measure_outside() {
 		# one is measured).
 		local driver=$tmp/cur/qm
 		[[ -x $driver ]] || driver=$bin/qm
-		LOAD_CLIENT=$driver LOAD_SERVER_ENV=GOMAXPROCS=1 LOAD_SERVERS=150000 bash mk/load.sh "$bin/qm" "$out/$side" "load-echo.r$r" \
+		LOAD_CLIENT=$driver LOAD_SERVER_ENV=GOMAXPROCS=1 LOAD_SERVERS=250000 bash mk/load.sh "$bin/qm" "$out/$side" "load-echo.r$r" \
 			--workers 32 --duration "$load_duration" --window 500ms --progress never >/dev/null || [[ $? -eq 2 ]]
 	fi
 	if has forward-load; then
@@ -386,7 +386,7 @@ measure_outside() {
 		[[ $(nproc) -ge 2 ]] || mode=shared
 		# The remote's one fleet serves the direct and the forwarded
 		# target and is never released: sized for both at a quiet
-		# machine's rates, warm-ups included.
+		# machine's rates, warm-ups included (as load-echo's above).
 		FORWARD_SERVERS=250000 bash mk/load-forward.sh "$bin/qm" "$tmp/fwd" "$mode" \
 			--workers 32 --duration "$load_duration" --window 500ms --progress never >/dev/null || [[ $? -eq 2 ]]
 		mv "$tmp/fwd/forward-$mode.json" "$out/$side/forward.r$r.json"
