@@ -204,7 +204,7 @@ func TestSoakPageShowsEveryResultField(t *testing.T) {
 	}
 }
 
-// The summary qm report prints (and writes to report.md) carries the
+// The summary qm report prints (and writes beside its page) carries the
 // run's figures, and the no-dangling expectation says it was counted
 // strictly.
 func TestSoakSummaryCarriesTheRunsFigures(t *testing.T) {

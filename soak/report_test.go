@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Every field of a result is in the table qm soak prints (result.md), but
+// Every field of a result is in the table qm soak prints (and writes), but
 // for the marks of the document and the timeline qm report draws: a field
 // added to Result that this test does not know fails it.
 func TestTableShowsEveryResultField(t *testing.T) {
